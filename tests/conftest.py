@@ -1,0 +1,47 @@
+"""Shared fixtures: the CLI runner, fixture files, and the optional real datasets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from transduce.cli import app
+
+DATA = Path(__file__).parent / "data"
+REPO = Path(__file__).parent.parent
+
+
+def shared_data() -> Path | None:
+    """The real datasets (../shared/data or $TRANSDUCE_SHARED_DATA), if present."""
+    candidates = [os.environ.get("TRANSDUCE_SHARED_DATA"), REPO.parent / "shared" / "data"]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate)
+    return None
+
+
+@pytest.fixture
+def data() -> Path:
+    return DATA
+
+
+@pytest.fixture
+def shared() -> Path:
+    path = shared_data()
+    if path is None:
+        pytest.skip("real datasets not found (set TRANSDUCE_SHARED_DATA)")
+    return path
+
+
+@pytest.fixture
+def run():
+    """Invoke the CLI in-process: run("score", "a", "b") -> click Result."""
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None):
+        return runner.invoke(app, [str(a) for a in args], input=input)
+
+    return invoke

@@ -1,0 +1,78 @@
+"""The `transduce` command line: a Typer app with one module per command.
+
+Library errors (`TransduceError`) and failed file operations become one red line on
+stderr and exit code 2; a traceback is left for real bugs only.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from transduce import __version__
+from transduce.cli import ui
+from transduce.errors import TransduceError
+
+EXIT_USER_ERROR = 2
+
+
+class _Group(TyperGroup):
+    """Turns a user's mistake into one red line and exit code 2, for every command."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TransduceError as error:
+            ui.error(str(error))
+            raise typer.Exit(EXIT_USER_ERROR) from None
+        except OSError as error:
+            if error.errno == errno.EPIPE or error.filename is None:
+                raise  # a closed pipe is handled quietly by Typer; others are bugs
+            ui.error(f"{error.filename}: {error.strerror}")
+            raise typer.Exit(EXIT_USER_ERROR) from None
+
+
+app = typer.Typer(
+    name="transduce",
+    cls=_Group,
+    help="Neural character- and word-level transduction: G2P, inflection, transliteration, "
+    "normalization, tagging.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"transduce {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_show_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+    quiet: Annotated[
+        bool | None,
+        typer.Option(
+            "--quiet/--verbose",
+            "-q/-v",
+            help="Quiet: only errors and data on stderr/stdout. Verbose: more detail.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Neural character- and word-level transduction from the command line."""
+    ui.set_verbosity(ui.NORMAL if quiet is None else ui.QUIET if quiet else ui.VERBOSE)
+
+
+from transduce.cli import prepare as _prepare  # noqa: E402, F401  (registers the command)
+from transduce.cli import score as _score  # noqa: E402, F401

@@ -1,0 +1,47 @@
+"""What the commands print on stderr: messages, warnings, errors, tables.
+
+stdout carries data only (predictions, JSON on request); everything for the person at
+the terminal goes to stderr, through here, and respects --quiet / --verbose.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+
+QUIET, NORMAL, VERBOSE = 0, 1, 2
+
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+_level = NORMAL
+
+
+def set_verbosity(level: int) -> None:
+    global _level
+    _level = level
+
+
+def verbosity() -> int:
+    return _level
+
+
+def info(message: str) -> None:
+    """A normal message (hidden by --quiet)."""
+    if _level >= NORMAL:
+        stderr.print(escape(message))
+
+
+def detail(message: str) -> None:
+    """A message shown only with --verbose."""
+    if _level >= VERBOSE:
+        stderr.print(escape(message), style="dim")
+
+
+def warn(message: str) -> None:
+    """A warning (hidden by --quiet)."""
+    if _level >= NORMAL:
+        stderr.print(f"[yellow]warning:[/yellow] {escape(message)}")
+
+
+def error(message: str) -> None:
+    """The one-line red error of a user's mistake (always shown)."""
+    stderr.print(f"[bold red]error:[/bold red] [red]{escape(message)}[/red]")

@@ -1,0 +1,207 @@
+"""`transduce prepare`: raw data in any supported format -> a prepared dataset directory.
+
+The directory holds `train.tsv`, `dev.tsv` and `test.tsv` in one canonical format (source
+symbols separated by single spaces, TAB, target symbols, and optionally TAB and feature
+symbols; the target is empty in a test file without answers) and `manifest.json`. It is
+built under a temporary name and renamed into place, so a failure leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transduce import __version__, defaults
+from transduce.data.formats import Example, Format, InputFile, Problems, ReadContext, get_format
+from transduce.data.splits import check_ratios, source_key, split_examples
+from transduce.errors import ConfigError, DataError
+from transduce.io import atomic_directory, sha256_bytes
+
+SPLITS = ("train", "dev", "test")
+MANIFEST = "manifest.json"
+MANIFEST_SCHEMA = "transduce.prepared/1"
+
+
+@dataclass
+class PrepareRequest:
+    """Everything `prepare` needs; the CLI fills it from its arguments.
+
+    Attributes:
+        format: A name from `transduce.data.formats.FORMATS`.
+        out: The directory to create.
+        inputs: Split name -> its file(s); a format with two files per split (parallel)
+            takes source then target. Missing dev/test are carved out of train.
+        options: Format options (only those the user set; the rest keep their defaults).
+    """
+
+    format: str
+    out: Path
+    inputs: dict[str, list[Path]] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    dev_ratio: float = defaults.DEV_RATIO
+    test_ratio: float = defaults.TEST_RATIO
+    seed: int = defaults.SPLIT_SEED
+    skip_invalid: bool = False
+    force: bool = False
+    encoding: str = defaults.ENCODING
+
+
+def _check_inputs(fmt: Format, inputs: dict[str, list[Path]]) -> None:
+    unknown = set(inputs) - set(SPLITS)
+    if unknown:
+        raise ConfigError(f"unknown split {sorted(unknown)} (valid: {', '.join(SPLITS)})")
+    n = fmt.files_per_split
+    for split, paths in inputs.items():
+        if len(paths) != n:
+            what = "one file" if n == 1 else f"{n} files (source, then target)"
+            raise ConfigError(
+                f"the {fmt.name} format takes {what} per split; {split} got {len(paths)}: "
+                + ", ".join(map(str, paths))
+            )
+    if inputs and "train" not in inputs:
+        raise ConfigError("no training data: give an input file (or --train)")
+
+
+def prepare(request: PrepareRequest) -> dict[str, Any]:
+    """Read, split, and write a prepared dataset directory; return its manifest.
+
+    Raises:
+        ConfigError: bad options (before any data is read).
+        DataError: malformed input, with file, line and value.
+        TransduceError: the output directory exists (without `force`).
+    """
+    fmt = get_format(request.format, **request.options)
+    check_ratios(request.dev_ratio, request.test_ratio)
+    _check_inputs(fmt, request.inputs)
+    with atomic_directory(request.out, force=request.force) as workdir:
+        files = {
+            split: [InputFile.read(p) for p in paths] for split, paths in request.inputs.items()
+        }
+        if not files:
+            default = fmt.default_inputs()
+            if default is None:
+                raise ConfigError(f"the {fmt.name} format needs an input file")
+            files = {"train": default}
+        problems = Problems(skip=request.skip_invalid)
+        splits: dict[str, list[Example]] = {}
+        for split in SPLITS:  # train first: it settles `auto` units
+            if split in files:
+                ctx = ReadContext(split, request.encoding, problems, require_target=split != "test")
+                splits[split] = fmt.read(files[split], ctx)
+                _check_split(splits[split], split, files[split])
+        carved = [s for s in ("test", "dev") if s not in splits]
+        ratios = {"test": request.test_ratio, "dev": request.dev_ratio}
+        carve = {s: ratios[s] for s in carved}
+        if carve:
+            pieces = split_examples(splits["train"], carve, request.seed, files["train"][0].name)
+            splits.update(pieces)
+        splits = fmt.finish(splits, workdir)
+        outputs = _write_splits(splits, workdir)
+        manifest = _manifest(request, fmt, files, splits, carved, problems, outputs)
+        (workdir / MANIFEST).write_text(
+            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+    return manifest
+
+
+def _check_split(examples: list[Example], split: str, files: Sequence[InputFile]) -> None:
+    if not examples:
+        raise DataError(f"no entries in the {split} data", ", ".join(f.name for f in files))
+    if split == "test":
+        labelled = [e.target is not None for e in examples]
+        if any(labelled) and not all(labelled):
+            first = examples[labelled.index(False)]
+            raise DataError(
+                "test data mixes entries with and without a target: this one has none",
+                files[0].name,
+                first.line,
+            )
+
+
+def canonical_line(example: Example) -> str:
+    """One line of a prepared split: `source<TAB>target[<TAB>features]`."""
+    fields = [" ".join(example.source), " ".join(example.target or ())]
+    if example.features is not None:
+        fields.append(" ".join(example.features))
+    return "\t".join(fields)
+
+
+def _write_splits(splits: dict[str, list[Example]], workdir: Path) -> dict[str, dict[str, Any]]:
+    outputs = {}
+    for split in SPLITS:
+        data = "".join(canonical_line(e) + "\n" for e in splits[split]).encode("utf-8")
+        (workdir / f"{split}.tsv").write_bytes(data)
+        outputs[f"{split}.tsv"] = {"lines": len(splits[split])}
+    for path in sorted(workdir.iterdir()):  # split files and any learned models
+        data = path.read_bytes()
+        outputs.setdefault(path.name, {}).update(bytes=len(data), sha256=sha256_bytes(data))
+    return outputs
+
+
+def _inventory(splits: dict[str, list[Example]], side: str) -> dict[str, list[int]]:
+    """Symbol -> [count in train, dev, test], sorted by symbol."""
+    counts = {split: Counter() for split in SPLITS}
+    for split in SPLITS:
+        for example in splits[split]:
+            counts[split].update(getattr(example, side) or ())
+    symbols = sorted(set().union(*counts.values()))
+    return {s: [counts[split][s] for split in SPLITS] for s in symbols}
+
+
+def _overlap(splits: dict[str, list[Example]]) -> dict[str, int]:
+    """Distinct sources shared by each pair of splits (0 for carved splits)."""
+    keys = {split: {source_key(e) for e in splits[split]} for split in SPLITS}
+    pairs = [("train", "dev"), ("train", "test"), ("dev", "test")]
+    return {f"{a}-{b}": len(keys[a] & keys[b]) for a, b in pairs}
+
+
+def _manifest(
+    request: PrepareRequest,
+    fmt: Format,
+    files: dict[str, list[InputFile]],
+    splits: dict[str, list[Example]],
+    carved: list[str],
+    problems: Problems,
+    outputs: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    sides = fmt.sides()
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "transduce_version": __version__,
+        "python": platform.python_version(),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "format": fmt.name,
+        "options": fmt.resolved_options(),
+        "encoding": request.encoding,
+        "sides": sides,
+        "split": {
+            "given": [s for s in SPLITS if s not in carved],
+            "carved": carved,
+            "method": "distinct sources ranked by sha256(seed, source); "
+            "no source in two carved splits",
+            "seed": request.seed,
+            "dev_ratio": request.dev_ratio,
+            "test_ratio": request.test_ratio,
+        },
+        "lines": {split: len(splits[split]) for split in SPLITS},
+        "test_has_targets": all(e.target is not None for e in splits["test"]),
+        "overlap": _overlap(splits),
+        "skipped": problems.as_dict(),
+        "inventory": {
+            side: _inventory(splits, side)
+            for side in ("source", "target", "features")
+            if side in sides
+        },
+        "inputs": [
+            {"split": split, "name": f.name, "bytes": len(f.data), "sha256": sha256_bytes(f.data)}
+            for split in SPLITS
+            for f in files.get(split, [])
+        ],
+        "outputs": outputs,
+    }

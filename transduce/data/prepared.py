@@ -1,0 +1,45 @@
+"""Reading prepared dataset directories (the output of `transduce prepare`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from transduce.data.prepare import MANIFEST
+from transduce.errors import DataError
+from transduce.io import sha256_bytes
+
+COLUMNS = ("source", "target", "features")  # the columns of a prepared split, 1-based
+
+
+def load_manifest(directory: str | Path) -> dict[str, Any]:
+    """Read `manifest.json` of a prepared directory."""
+    path = Path(directory) / MANIFEST
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError("not a prepared dataset directory (no manifest.json)", directory) from None
+    except (OSError, ValueError) as error:
+        raise DataError(f"unreadable manifest: {error}", path) from None
+
+
+def prepared_side(path: str | Path, data: bytes, column: int) -> dict[str, Any] | None:
+    """The side spec of `column` when `path` is an unmodified split of a prepared directory.
+
+    A file counts as prepared when a `manifest.json` beside it lists it with the same
+    SHA-256 as `data` (its bytes). Returns None otherwise.
+    """
+    path = Path(path)
+    manifest_path = path.parent / MANIFEST
+    if str(path) == "-" or not manifest_path.is_file() or not 1 <= column <= len(COLUMNS):
+        return None
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        entry = manifest["outputs"][path.name]
+        side = manifest["sides"][COLUMNS[column - 1]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if entry.get("sha256") != sha256_bytes(data):
+        return None
+    return side

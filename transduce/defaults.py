@@ -1,0 +1,18 @@
+"""Every default of the toolkit, as a named constant (the CLI and the library share them)."""
+
+from __future__ import annotations
+
+# prepare
+DEV_RATIO = 0.05  # Wu et al. 2018 carve 5% dev and 10% test out of CMUdict
+TEST_RATIO = 0.10
+SPLIT_SEED = 1
+ENCODING = "utf-8"
+FEATURES_SEP = ";"  # UniMorph feature bundles: V;SG;3;PRS
+BPE_MERGES = 2000  # Rios et al. 2021 §4.1, Swiss German normalization
+
+# score
+METRICS = ("wer", "per")
+UNIT = "auto"
+PER_AVERAGE = "corpus"
+BOOTSTRAP_SEED = 12345
+CONFIDENCE = 0.95

@@ -1,0 +1,62 @@
+"""The exceptions a user's mistake can raise.
+
+The library raises these with the file, line and value at fault; only the command-line
+layer turns them into a one-line red message on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_MAX_VALUE_CHARS = 80
+
+
+class TransduceError(Exception):
+    """Base class of every error caused by the user's input rather than by a bug."""
+
+
+class ConfigError(TransduceError):
+    """A bad option, configuration key or value."""
+
+
+class DataError(TransduceError):
+    """Bad input data: a malformed line, an empty file, mismatched line counts.
+
+    Args:
+        message: What is wrong, e.g. "expected 3 tab-separated columns, found 2".
+        path: The file at fault (or "-" for stdin).
+        line: The 1-based line number at fault.
+        value: The offending value (usually the line or field); shortened in the message.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        path: str | Path | None = None,
+        line: int | None = None,
+        value: str | None = None,
+    ) -> None:
+        self.message = message
+        self.path = None if path is None else str(path)
+        self.line = line
+        self.value = value
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = ""
+        if self.path is not None:
+            where = self.path if self.line is None else f"{self.path}:{self.line}"
+            where += ": "
+        text = where + self.message
+        if self.value is not None:
+            text += f": {shorten(self.value)!r}"
+        return text
+
+
+class CheckpointError(TransduceError):
+    """A checkpoint that cannot be read or does not fit the request."""
+
+
+def shorten(value: str, limit: int = _MAX_VALUE_CHARS) -> str:
+    """Cut `value` to at most `limit` characters, marking the cut with an ellipsis."""
+    return value if len(value) <= limit else value[: limit - 1] + "…"

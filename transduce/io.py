@@ -1,0 +1,191 @@
+"""Reading text lines with precise errors, and writing files and directories atomically.
+
+Lines are split on "\\n" only (never on the other characters `str.splitlines` treats as
+line breaks, such as U+2028 or U+001C, which do occur inside real data); a trailing "\\r"
+(CRLF files) and a leading byte-order mark are dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from transduce.errors import DataError, TransduceError
+
+STDIN = "-"
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A line that could not be decoded, kept so that a caller can skip and count it."""
+
+    line: int
+    message: str
+    value: str
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """Read a whole file, or standard input when `path` is "-"."""
+    if str(path) == STDIN:
+        return sys.stdin.buffer.read()
+    try:
+        return Path(path).read_bytes()
+    except IsADirectoryError:
+        raise DataError("is a directory, not a file", path) from None
+    except OSError as error:
+        raise DataError(f"cannot read: {error.strerror}", path) from None
+
+
+def _split(text: str) -> list[str]:
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    if "\r" in text:
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    return lines
+
+
+def decode_lines(
+    data: bytes, path: str | Path, encoding: str = "utf-8", *, keep_bad: bool = False
+) -> tuple[list[str | None], list[BadLine]]:
+    """Decode `data` into lines.
+
+    Args:
+        data: The raw bytes of a file.
+        path: The file's name, for error messages.
+        encoding: A Python codec name; "utf-8" also drops a leading byte-order mark.
+        keep_bad: When False, the first undecodable line raises `DataError`; when True,
+            such lines are None in the result and reported in the second return value.
+
+    Returns:
+        The lines (None where a line could not be decoded) and the undecodable lines.
+    """
+    codec = "utf-8-sig" if encoding.replace("_", "-").lower() in ("utf-8", "utf8") else encoding
+    try:
+        return list(_split(data.decode(codec))), []
+    except LookupError:
+        raise DataError(f"unknown encoding {encoding!r}") from None
+    except UnicodeDecodeError as error:
+        if not keep_bad:
+            number = data.count(b"\n", 0, error.start) + 1
+            start = data.rfind(b"\n", 0, error.start) + 1
+            end = data.find(b"\n", error.start)
+            raw = data[start : None if end < 0 else end]
+            raise DataError(
+                f"invalid {encoding} (byte {data[error.start : error.start + 1]!r})",
+                path,
+                number,
+                raw.decode(encoding, errors="backslashreplace"),
+            ) from None
+    # Slow path: decode line by line so the good lines survive.
+    lines: list[str | None] = []
+    bad: list[BadLine] = []
+    raw_lines = data.split(b"\n")
+    if raw_lines[-1] == b"":
+        raw_lines.pop()
+    for number, raw in enumerate(raw_lines, 1):
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        try:
+            text = raw.decode(codec if number == 1 else encoding)
+        except UnicodeDecodeError:
+            lines.append(None)
+            value = raw.decode(encoding, errors="backslashreplace")
+            bad.append(BadLine(number, f"invalid {encoding}", value))
+            continue
+        lines.append(text)
+    return lines, bad
+
+
+def read_lines(path: str | Path, encoding: str = "utf-8") -> list[str]:
+    """Read all lines of a file (or stdin for "-"); invalid text raises `DataError`."""
+    lines, _ = decode_lines(read_bytes(path), path, encoding)
+    return lines  # type: ignore[return-value]  # keep_bad=False: no None entries
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex SHA-256 of `data`."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex SHA-256 of a file's contents, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write `text` (UTF-8) to `path` through a temporary file and a rename.
+
+    A reader never sees a half-written file, and an existing file is only replaced once
+    the new one is complete.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; a report should not be
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_directory(target: str | Path, *, force: bool = False) -> Iterator[Path]:
+    """Build a directory under a temporary name and move it into place when done.
+
+    Yields the temporary directory to write into. On success it is renamed to `target`;
+    on any failure it is removed and `target` is left exactly as it was.
+
+    Args:
+        target: The directory to create.
+        force: Replace `target` if it exists and is not empty (otherwise that is an error,
+            raised before anything is written).
+    """
+    target = Path(target)
+    if target.exists() and not target.is_dir():
+        raise TransduceError(f"{target}: exists and is not a directory")
+    if target.is_dir() and any(target.iterdir()) and not force:
+        raise TransduceError(
+            f"{target}: output directory exists and is not empty (use --force to replace it)"
+        )
+    parent = target.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; the result should not be
+    try:
+        yield tmp
+        if target.is_dir():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=parent))
+            os.replace(target, old / "dir")
+            try:
+                os.replace(tmp, target)
+            except BaseException:
+                os.replace(old / "dir", target)  # put the old directory back
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,32 @@
+"""The one metric module: WER/PER, ACC/MFS, LEV, BLEU, shared by `score` and training.
+
+    from transduce.metrics import get_metric
+    get_metric("per", unit="symbol").corpus_score(["K AE T"], [["K AE T", "K AA T"]]).value
+
+Each score carries a signature (metric, options, number of references, unit, version).
+The exact definitions are in `transduce.metrics.edit`, `transduce.metrics.bleu` and the
+README.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transduce.errors import ConfigError
+from transduce.metrics.base import Corpus, Metric, Option, Score
+from transduce.metrics.bleu import Bleu
+from transduce.metrics.edit import EDIT_METRICS, lcs_length
+
+METRICS: dict[str, type[Metric]] = {m.name: m for m in (*EDIT_METRICS, Bleu)}
+
+
+def get_metric(name: str, **options: Any) -> Metric:
+    """A metric by name with its options (`unit` and the metric's own); errors list valid names."""
+    try:
+        cls = METRICS[name]
+    except KeyError:
+        raise ConfigError(f"unknown metric {name!r} (valid: {', '.join(METRICS)})") from None
+    return cls(**options)
+
+
+__all__ = ["METRICS", "Corpus", "Metric", "Option", "Score", "get_metric", "lcs_length"]

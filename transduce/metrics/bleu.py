@@ -1,0 +1,83 @@
+"""BLEU through sacrebleu, with sacrebleu's own signature.
+
+The corpus value is `sacrebleu.metrics.BLEU.corpus_score` on the lines as text (the unit
+does not apply: sacrebleu tokenizes, 13a by default). Several references per line are
+passed as reference streams, `None` where a line has fewer alternatives (sacrebleu's way
+of taking a variable number of references). The per-line statistics for the bootstrap
+and `--per-item` are sacrebleu's sufficient statistics of each line (hypothesis length,
+closest reference length, matching and total n-grams), read from `sentence_score`, and
+the bootstrap re-aggregates them with `BLEU.compute_bleu`, exactly as the corpus score does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from sacrebleu.metrics import BLEU
+
+from transduce.metrics.base import Corpus, Metric, Option
+
+
+def _bleu_options() -> dict[str, Option]:
+    return {
+        "tokenize": Option(None, (None, *BLEU.TOKENIZERS), "sacrebleu tokenizer (default 13a)"),
+        "lowercase": Option(False, (False, True), "lower-case before scoring"),
+        "smooth_method": Option("exp", tuple(BLEU.SMOOTH_DEFAULTS), "smoothing method"),
+        "smooth_value": Option(None, None, "smoothing value (floor, add-k)"),
+        "max_ngram_order": Option(4, None, "highest n-gram order"),
+        "effective_order": Option(False, (False, True), "drop n-gram orders with no matches"),
+        "trg_lang": Option("", None, "target language code (picks a tokenizer for zh, ja, ko)"),
+        "force": Option(False, (False, True), "do not warn about tokenized input"),
+    }
+
+
+class Bleu(Metric):
+    name = "bleu"
+    higher_is_better = True
+    definition = (
+        "sacrebleu corpus BLEU on the lines as text (13a tokenizer by default), multi-reference"
+    )
+    options: ClassVar[dict[str, Option]] = _bleu_options()
+
+    def _metric(self, **override: Any) -> BLEU:
+        return BLEU(**{**self.values, **override})
+
+    @staticmethod
+    def _streams(corpus: Corpus) -> list[list[str | None]]:
+        refs = corpus.ref_texts
+        width = max(len(alts) for alts in refs)
+        return [[alts[k] if k < len(alts) else None for alts in refs] for k in range(width)]
+
+    def evaluate(self, corpus: Corpus) -> tuple[float, str]:
+        bleu = self._metric()
+        result = bleu.corpus_score(corpus.hyp_texts, self._streams(corpus))
+        return float(result.score), "bleu|" + bleu.get_signature().format()
+
+    def sentences(self, corpus: Corpus) -> list[Any]:
+        """sacrebleu's sentence-level scores (with effective order, as it recommends)."""
+        bleu = self._metric(effective_order=True)
+        return [bleu.sentence_score(h, alts) for h, alts in zip(corpus.hyp_texts, corpus.ref_texts)]
+
+    def item_stats(self, corpus: Corpus) -> list[list[float]]:
+        rows = [
+            [s.sys_len, s.ref_len, *s.counts, *s.totals] for s in self.sentences(corpus)
+        ]  # N x (2 + 2 * order)
+        return [list(map(float, column)) for column in zip(*rows)]
+
+    def aggregate(self, sums: Sequence[float], n: int) -> float:
+        order = self.values["max_ngram_order"]
+        sys_len, ref_len = sums[0], sums[1]
+        correct = [round(x) for x in sums[2 : 2 + order]]
+        total = [round(x) for x in sums[2 + order : 2 + 2 * order]]
+        result = BLEU.compute_bleu(
+            correct,
+            total,
+            round(sys_len),
+            round(ref_len),
+            smooth_method=self.values["smooth_method"],
+            smooth_value=self.values["smooth_value"],
+            effective_order=self.values["effective_order"],
+            max_ngram_order=order,
+        )
+        return float(result.score)
