@@ -180,7 +180,7 @@ def test_parallel_words(data: Path):
 
 
 def test_parallel_line_counts_must_match():
-    with pytest.raises(DataError, match="line counts differ: a.txt has 2 lines, b.txt has 1"):
+    with pytest.raises(DataError, match="line counts differ: a.txt has 2 lines, b.txt has 1 line"):
         read("parallel", text("x\ny\n", "a.txt"), text("x\n", "b.txt"))
 
 

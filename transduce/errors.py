@@ -57,6 +57,11 @@ class CheckpointError(TransduceError):
     """A checkpoint that cannot be read or does not fit the request."""
 
 
+def plural(count: int, noun: str) -> str:
+    """`plural(1, "line")` -> "1 line"; `plural(3, "line")` -> "3 lines"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def shorten(value: str, limit: int = _MAX_VALUE_CHARS) -> str:
     """Cut `value` to at most `limit` characters, marking the cut with an ellipsis."""
     return value if len(value) <= limit else value[: limit - 1] + "…"

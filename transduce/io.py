@@ -22,6 +22,11 @@ from transduce.errors import DataError, TransduceError
 STDIN = "-"
 
 
+def display(path: str | Path) -> str:
+    """How a path is named in messages: standard input is "<stdin>"."""
+    return "<stdin>" if str(path) == STDIN else str(path)
+
+
 @dataclass(frozen=True)
 class BadLine:
     """A line that could not be decoded, kept so that a caller can skip and count it."""

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from transduce import defaults
 from transduce.data import tokens
-from transduce.errors import ConfigError, DataError
+from transduce.errors import ConfigError, DataError, plural
 from transduce.io import decode_lines, read_bytes
 from transduce.special import RESERVED, SEP
 
@@ -649,8 +649,8 @@ class Parallel(Format):
         target_lines = _decoded(target_file, ctx)
         if len(source_lines) != len(target_lines):
             raise DataError(
-                f"line counts differ: {source_file.name} has {len(source_lines)} lines, "
-                f"{target_file.name} has {len(target_lines)}"
+                f"line counts differ: {source_file.name} has {plural(len(source_lines), 'line')}, "
+                f"{target_file.name} has {plural(len(target_lines), 'line')}"
             )
         examples = []
         for number, (source_line, target_line) in enumerate(zip(source_lines, target_lines), 1):

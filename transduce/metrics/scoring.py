@@ -21,8 +21,8 @@ from typing import Any
 from transduce import defaults
 from transduce.data import tokens
 from transduce.data.prepared import prepared_side
-from transduce.errors import ConfigError, DataError
-from transduce.io import STDIN, decode_lines, read_bytes
+from transduce.errors import ConfigError, DataError, plural
+from transduce.io import STDIN, decode_lines, display, read_bytes
 from transduce.metrics import get_metric
 from transduce.metrics.base import Corpus, Metric, Score
 from transduce.metrics.bleu import Bleu
@@ -62,14 +62,16 @@ def read_column(path: str, column: int | None) -> Column:
     if column is not None and column < 1:
         raise ConfigError(f"columns are 1-based: {column} is not a column")
     data = read_bytes(path)
-    lines, _ = decode_lines(data, path)
+    lines, _ = decode_lines(data, display(path))
     if column is None:
         return Column(path, lines)  # type: ignore[arg-type]  # strict decoding: no None
     values = []
     for number, line in enumerate(lines, 1):
         cols = line.split("\t")  # type: ignore[union-attr]
         if len(cols) < column:
-            raise DataError(f"no column {column} (the line has {len(cols)})", path, number, line)
+            raise DataError(
+                f"no column {column} (the line has {len(cols)})", display(path), number, line
+            )
         values.append(cols[column - 1])
     side = prepared_side(path, data, column)
     if side is not None:
@@ -82,7 +84,7 @@ def _alternatives(column: Column, separator: str | None) -> list[list[str]]:
     for number, line in enumerate(column.lines, 1):
         alts = [line] if separator is None else line.split(separator)
         if any(not a.strip() for a in alts):
-            raise DataError("empty reference", column.path, number, line)
+            raise DataError("empty reference", display(column.path), number, line)
         result.append(alts)
     return result
 
@@ -98,11 +100,11 @@ def load_corpus(request: ScoreRequest) -> tuple[Corpus, list[Column]]:
     for ref in refs:
         if len(ref.lines) != len(hyps.lines):
             raise DataError(
-                f"line counts differ: {hyps.path} has {len(hyps.lines)} lines, "
-                f"{ref.path} has {len(ref.lines)}"
+                f"line counts differ: {display(hyps.path)} has {plural(len(hyps.lines), 'line')}, "
+                f"{display(ref.path)} has {plural(len(ref.lines), 'line')}"
             )
     if not hyps.lines:
-        raise DataError("nothing to score: the files are empty", hyps.path)
+        raise DataError("nothing to score: the files are empty", display(hyps.path))
     per_file = [_alternatives(ref, request.ref_sep) for ref in refs]
     alternatives = [[a for alts in line for a in alts] for line in zip(*per_file)]
     unit = request.unit

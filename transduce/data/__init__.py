@@ -1,0 +1,1 @@
+"""Data: raw formats, tokenization units, splitting, preparation."""
