@@ -239,3 +239,17 @@ def test_bounds_and_identity(lines):
     assert score("lev", same, refs) == 0
     assert score("mfs", same, refs) == 100
     assert score("mfs", same, refs, lcs="exact") == 100
+
+
+def test_parallel_edit_statistics_equal_the_serial_ones(monkeypatch):
+    from transduce import defaults
+    from transduce.metrics import corpus as corpus_module
+
+    hyps = [f"{i % 7} {i % 3} x" for i in range(500)]
+    refs = [f"{i % 5} {i % 3}" for i in range(500)]
+    serial = Corpus(hyps, refs, "symbol").edit
+    monkeypatch.setattr(defaults, "PARALLEL_MIN_LINES", 10)
+    monkeypatch.setattr(corpus_module, "_workers", lambda: 3)
+    parallel_stats = corpus_module.parallel_edit_stats(hyps, refs, "symbol")
+    assert parallel_stats is not None and parallel_stats == serial
+    assert Corpus(hyps, refs, "symbol").edit == serial

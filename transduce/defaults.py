@@ -16,3 +16,5 @@ UNIT = "auto"
 PER_AVERAGE = "corpus"
 BOOTSTRAP_SEED = 12345
 CONFIDENCE = 0.95
+PARALLEL_MIN_LINES = 100_000  # from here on, edit distances run in worker processes
+PARALLEL_MAX_WORKERS = 8

@@ -14,7 +14,7 @@ from transduce.cli import app, ui
 from transduce.errors import ConfigError
 from transduce.io import atomic_write_text
 from transduce.metrics import METRICS
-from transduce.metrics.base import UNITS
+from transduce.metrics.corpus import UNITS
 from transduce.metrics.scoring import ScoreRequest, per_item_rows, score_request
 from transduce.reporting import to_json, write_json
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from transduce.errors import ConfigError
-from transduce.metrics.base import Corpus, Metric, Option, Score
+from transduce.metrics.base import Metric, Option, Score
 from transduce.metrics.bleu import Bleu
+from transduce.metrics.corpus import Corpus
 from transduce.metrics.edit import EDIT_METRICS, lcs_length
 
 METRICS: dict[str, type[Metric]] = {m.name: m for m in (*EDIT_METRICS, Bleu)}

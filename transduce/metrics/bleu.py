@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 
 from sacrebleu.metrics import BLEU
 
-from transduce.metrics.base import Corpus, Metric, Option
+from transduce.metrics.base import Metric, Option
+from transduce.metrics.corpus import Corpus
 
 
 def _bleu_options() -> dict[str, Option]:

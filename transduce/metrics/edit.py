@@ -17,9 +17,11 @@ ties. For a line with hypothesis c and closest reference r at ED(c, r) edits:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import add, sub, truediv
 from typing import ClassVar
 
-from transduce.metrics.base import Corpus, Metric, Option
+from transduce.metrics.base import Metric, Option
+from transduce.metrics.corpus import Corpus
 
 
 def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
@@ -47,7 +49,7 @@ class Accuracy(Metric):
     definition = "% of lines whose hypothesis equals one of its references (as symbol sequences)"
 
     def item_stats(self, corpus: Corpus) -> list[list[float]]:
-        return [[1.0 if e == 0 else 0.0 for e in corpus.edit.edits]]
+        return [list(map(float, map((0).__eq__, corpus.edit.edits)))]  # 1.0 where ED = 0
 
     def aggregate(self, sums: Sequence[float], n: int) -> float:
         return 100.0 * sums[0] / n
@@ -126,7 +128,13 @@ class MeanFScore(Metric):
     }
 
     def item_stats(self, corpus: Corpus) -> list[list[float]]:
-        return [[f for f, _, _ in self.details(corpus)]]
+        if self.values["lcs"] == "exact":
+            return [[f for f, _, _ in self.details(corpus)]]
+        # F = 2 LCS / (c + r) = (c + r - ED) / (c + r); it is 0 exactly when LCS = 0, and
+        # c + r >= |r| >= 1, so the division is safe. map() keeps the loop in C.
+        edit = corpus.edit
+        total = list(map(add, edit.hyp_len, edit.ref_len))
+        return [list(map(truediv, map(sub, total, edit.edits), total))]
 
     def details(self, corpus: Corpus) -> list[tuple[float, float, int]]:
         """Per line: (F, LCS, index of the reference used)."""

@@ -24,8 +24,9 @@ from transduce.data.prepared import prepared_side
 from transduce.errors import ConfigError, DataError, plural
 from transduce.io import STDIN, decode_lines, display, read_bytes
 from transduce.metrics import get_metric
-from transduce.metrics.base import Corpus, Metric, Score
+from transduce.metrics.base import Metric, Score
 from transduce.metrics.bleu import Bleu
+from transduce.metrics.corpus import Corpus
 from transduce.metrics.edit import MeanFScore
 from transduce.reporting import versions
 
@@ -79,10 +80,18 @@ def read_column(path: str, column: int | None) -> Column:
     return Column(path, values, side)
 
 
-def _alternatives(column: Column, separator: str | None) -> list[list[str]]:
+def _alternatives(column: Column, separator: str | None) -> list[str] | list[list[str]]:
+    """The references of each line: the line itself, or its parts split by `separator`."""
+    if separator is None:
+        if "" in set(map(str.strip, column.lines)):  # checked in C; the loop only on error
+            number = [line.strip() for line in column.lines].index("") + 1
+            raise DataError(
+                "empty reference", display(column.path), number, column.lines[number - 1]
+            )
+        return column.lines
     result = []
     for number, line in enumerate(column.lines, 1):
-        alts = [line] if separator is None else line.split(separator)
+        alts = line.split(separator)
         if any(not a.strip() for a in alts):
             raise DataError("empty reference", display(column.path), number, line)
         result.append(alts)
@@ -106,7 +115,13 @@ def load_corpus(request: ScoreRequest) -> tuple[Corpus, list[Column]]:
     if not hyps.lines:
         raise DataError("nothing to score: the files are empty", display(hyps.path))
     per_file = [_alternatives(ref, request.ref_sep) for ref in refs]
-    alternatives = [[a for alts in line for a in alts] for line in zip(*per_file)]
+    if len(per_file) == 1:
+        alternatives = per_file[0]
+    else:
+        alternatives = [
+            [a for alts in line for a in ([alts] if isinstance(alts, str) else alts)]
+            for line in zip(*per_file)
+        ]
     unit = request.unit
     sides = [ref.side for ref in refs if ref.side is not None]
     if unit == "auto" and sides:

@@ -1,0 +1,1 @@
+complete --command transduce --no-files --arguments "(env _TRANSDUCE_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) transduce)" --condition "env _TRANSDUCE_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) transduce"

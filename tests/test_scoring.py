@@ -1,0 +1,129 @@
+"""Scoring files: columns, alternatives, several reference files, prepared splits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from transduce.data.prepare import PrepareRequest, prepare
+from transduce.errors import ConfigError, DataError
+from transduce.metrics.scoring import ScoreRequest, per_item_rows, score_request
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def prepare_sample(out: Path, data: Path) -> Path:
+    """The English SIGMORPHON sample, 20% test; returns the test split."""
+    inputs = {"train": [data / "english-train-sample"]}
+    prepare(PrepareRequest("sigmorphon", out, inputs=inputs, dev_ratio=0.2, test_ratio=0.2))
+    return out / "test.tsv"
+
+
+def value(report: dict, metric: str) -> float:
+    return report["scores"][metric]["value"]
+
+
+def test_alternatives_from_separator_and_from_several_files(tmp_path: Path):
+    hyp = write(tmp_path / "hyp", "T AH M EY T OW\nR IY D\n")
+    one = write(tmp_path / "one", "T AH M AA T OW|T AH M EY T OW\nR EH D\n")
+    report, corpus, _ = score_request(ScoreRequest(hyp, [one], ["acc"], ref_sep="|"))
+    assert value(report, "acc") == 50.0 and corpus.nrefs == "var"
+    a = write(tmp_path / "a", "T AH M AA T OW\nR EH D\n")
+    b = write(tmp_path / "b", "T AH M EY T OW\nR IY D\n")
+    report, corpus, _ = score_request(ScoreRequest(hyp, [a, b], ["acc", "per"]))
+    assert value(report, "acc") == 100.0 and corpus.nrefs == "2"
+
+
+def test_hypothesis_and_reference_columns(tmp_path: Path):
+    hyp = write(tmp_path / "nbest.tsv", "K AE T\t-0.1\nD AO G\t-0.5\n")
+    ref = write(tmp_path / "ref.tsv", "c a t\tK AE T\nd o g\tD AA G\n")
+    report, _, _ = score_request(ScoreRequest(hyp, [ref], ["wer"], hyp_col=1, ref_col=2))
+    assert value(report, "wer") == 50.0
+
+
+def test_prepared_character_targets_are_joined_back(tmp_path: Path, data: Path):
+    test = prepare_sample(tmp_path / "p", data)
+    forms = [
+        line.split("\t")[1].replace(" ", "")
+        for line in test.read_text(encoding="utf-8").splitlines()
+    ]
+    hyp = write(tmp_path / "hyp", "\n".join(forms) + "\n")  # what decode prints: "walked"
+    report, corpus, _ = score_request(ScoreRequest(hyp, [str(test)], ["acc", "lev"], ref_col=2))
+    assert corpus.unit == "char" and value(report, "acc") == 100.0
+
+
+def test_prepared_escapes_become_spaces_again(tmp_path: Path):
+    train = write(tmp_path / "train", "".join(f"l{i}\tf{i}\tV;PST\n" for i in range(30)))
+    test = write(tmp_path / "test", "Aa machen\tAa gemacht\tV.PTCP;PST\n")
+    prepare(
+        PrepareRequest(
+            "sigmorphon", tmp_path / "p", inputs={"train": [train], "dev": [test], "test": [test]}
+        )
+    )
+    hyp = write(tmp_path / "hyp", "Aa gemacht\n")
+    ref = str(tmp_path / "p" / "test.tsv")
+    report, corpus, _ = score_request(ScoreRequest(hyp, [ref], ["acc", "bleu"], ref_col=2))
+    assert corpus.ref_texts == [["Aa gemacht"]] and value(report, "acc") == 100.0
+
+
+def test_prepared_subwords_are_merged_back(tmp_path: Path, data: Path):
+    pytest.importorskip("subword_nmt")
+    out = tmp_path / "p"
+    inputs = {"train": [data / "gsw_sample.txt", data / "de_sample.txt"]}
+    options = {"subwords": "subword-nmt", "bpe_merges": 10}
+    prepare(
+        PrepareRequest(
+            "parallel", out, inputs=inputs, options=options, dev_ratio=0.15, test_ratio=0.15
+        )
+    )
+    test = out / "test.tsv"
+    assert "@@" in test.read_text(encoding="utf-8")
+    words = {
+        line.strip() for line in (data / "de_sample.txt").read_text(encoding="utf-8").splitlines()
+    }
+    report, corpus, _ = score_request(
+        ScoreRequest(str(test), [str(test)], ["bleu"], hyp_col=2, ref_col=2)
+    )
+    assert all(r[0] in words for r in corpus.ref_texts)
+    assert corpus.unit == "symbol" and value(report, "bleu") == pytest.approx(100.0)
+
+
+def test_an_edited_prepared_file_is_read_as_plain_tsv(tmp_path: Path, data: Path):
+    test = prepare_sample(tmp_path / "p", data)
+    with open(test, "a", encoding="utf-8") as handle:
+        handle.write("[V] <sep> x\tx\n")
+    lines = len(test.read_text(encoding="utf-8").splitlines())
+    hyp = write(tmp_path / "hyp", "x\n" * lines)
+    _, corpus, _ = score_request(ScoreRequest(hyp, [str(test)], ["acc"], ref_col=2))
+    assert " " in corpus.ref_texts[0][0]  # not joined: the hash no longer matches the manifest
+
+
+def test_per_item_rows_line_up(tmp_path: Path):
+    hyp = write(tmp_path / "hyp", "K AE T\n\n")
+    ref = write(tmp_path / "ref", "K AA T\nD AO G\n")
+    _, corpus, metrics = score_request(ScoreRequest(hyp, [ref], ["per", "mfs"]))
+    rows = per_item_rows(corpus, metrics)
+    header = rows[0]
+    assert len(rows) == 3 and all(len(r) == len(header) for r in rows)
+    first = dict(zip(header, rows[1]))
+    assert first["edits"] == "1" and first["lcs"] == "2.5" and first["f"] == "0.833333"
+    assert dict(zip(header, rows[2]))["precision"] == "0"
+
+
+def test_request_errors(tmp_path: Path):
+    hyp = write(tmp_path / "hyp", "a\n")
+    with pytest.raises(ConfigError, match="standard input"):
+        score_request(ScoreRequest("-", ["-"]))
+    with pytest.raises(ConfigError, match="unknown metric"):
+        score_request(ScoreRequest(hyp, [hyp], ["f1"]))
+    with pytest.raises(ConfigError, match="--ref-sep must not be empty"):
+        score_request(ScoreRequest(hyp, [hyp], ref_sep=""))
+    empty = write(tmp_path / "empty", "")
+    with pytest.raises(DataError, match="nothing to score"):
+        score_request(ScoreRequest(empty, [empty]))
+    with pytest.raises(DataError, match="ref:1: empty reference"):
+        score_request(ScoreRequest(hyp, [write(tmp_path / "ref", "a||b\n")], ref_sep="|"))
