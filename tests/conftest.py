@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,14 @@ from transduce.cli import app
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).parent.parent
+
+
+def transduce_env() -> dict[str, str]:
+    """The environment for real subprocesses: this Python's scripts first on PATH."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.pop("COLUMNS", None)
+    return env
 
 
 def shared_data() -> Path | None:

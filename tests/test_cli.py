@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from transduce import __version__
+
+from .conftest import transduce_env
 
 
 def one_line_error(result, *fragments: str) -> None:
@@ -186,14 +187,10 @@ def test_score_bleu_options(run, tmp_path: Path):
 # ----------------------------------------------------------------------- real processes
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("COLUMNS", None)
-    return env
-
-
 def test_subprocess_help_and_module():
-    result = subprocess.run(["transduce", "--help"], capture_output=True, text=True, env=_env())
+    result = subprocess.run(
+        ["transduce", "--help"], capture_output=True, text=True, env=transduce_env()
+    )
     assert result.returncode == 0 and "score" in result.stdout
     result = subprocess.run(
         [sys.executable, "-m", "transduce", "--version"], capture_output=True, text=True
@@ -206,7 +203,7 @@ def test_subprocess_pipeline(tmp_path: Path):
     ref.write_text("K AE T\nD AO G\n", encoding="utf-8")
     result = subprocess.run(
         f"printf 'K AE T\\nD AA G\\n' | transduce score - {ref} --metric wer --json",
-        shell=True, capture_output=True, text=True, env=_env(),
+        shell=True, capture_output=True, text=True, env=transduce_env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["scores"]["wer"]["value"] == 50.0
@@ -216,7 +213,7 @@ def test_subprocess_pipeline(tmp_path: Path):
 def test_subprocess_error_has_no_traceback(tmp_path: Path):
     result = subprocess.run(
         ["transduce", "score", str(tmp_path / "missing"), str(tmp_path / "missing2")],
-        capture_output=True, text=True, env=_env(),
+        capture_output=True, text=True, env=transduce_env(),
     )  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr

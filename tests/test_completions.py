@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from transduce.cli.completion import SHELLS, script
+
+from .conftest import transduce_env
 
 COMPLETIONS = Path(__file__).parent.parent / "completions"
 
@@ -20,9 +21,7 @@ def test_shipped_scripts_are_current(shell):
     assert shipped == script(shell), "stale: run `python -m transduce.cli.completion completions`"
 
 
-@pytest.mark.skipif(
-    shutil.which("bash") is None or shutil.which("transduce") is None, reason="needs bash"
-)
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
@@ -38,6 +37,6 @@ def test_bash_completion_completes(words, expected):
         'printf "%s\\n" "${COMPREPLY[@]}"'
     )
     result = subprocess.run(
-        ["bash", "-c", command], capture_output=True, text=True, env=dict(os.environ)
+        ["bash", "-c", command], capture_output=True, text=True, env=transduce_env()
     )
     assert result.stdout.split() == expected, result.stderr
