@@ -10,25 +10,7 @@ from hypothesis import strategies as st
 from transduce.errors import ConfigError, DataError
 from transduce.metrics import Corpus, get_metric, lcs_length
 
-
-def levenshtein(a, b) -> int:
-    """Textbook dynamic program, independent of the editdistance package."""
-    row = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        prev, row[0] = row[0], i
-        for j, y in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
-    return row[-1]
-
-
-def lcs_dp(a, b) -> int:
-    table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
-    for i, x in enumerate(a, 1):
-        for j, y in enumerate(b, 1):
-            table[i][j] = (
-                table[i - 1][j - 1] + 1 if x == y else max(table[i - 1][j], table[i][j - 1])
-            )
-    return table[-1][-1]
+from .reference import lcs_dp, levenshtein
 
 
 def score(name: str, hyps, refs, **options) -> float:
