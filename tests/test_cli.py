@@ -217,3 +217,11 @@ def test_subprocess_error_has_no_traceback(tmp_path: Path):
     )  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+
+
+def test_score_metric_options_need_their_metric(run, g2p):
+    hyp, ref = g2p
+    one_line_error(
+        run("score", hyp, ref, "-m", "wer", "--per-average", "word"), "--per-average", "per"
+    )
+    one_line_error(run("score", hyp, ref, "--bleu-option", "tokenize=none"), "--metric bleu")

@@ -204,7 +204,7 @@ def test_empty_input_and_bad_requests(tmp_path: Path):
         prepare(PrepareRequest("tsv", tmp_path / "out", inputs={"train": [empty]}))
     with pytest.raises(ConfigError, match="takes 2 files .source, then target. per split"):
         prepare(PrepareRequest("parallel", tmp_path / "out", inputs={"train": [empty]}))
-    with pytest.raises(ConfigError, match="needs an input file"):
+    with pytest.raises(ConfigError, match="needs training data"):
         prepare(PrepareRequest("tsv", tmp_path / "out"))
     with pytest.raises(ConfigError, match="--dev-ratio"):
         prepare(PrepareRequest("cmudict", tmp_path / "out", dev_ratio=1.5))
@@ -222,3 +222,11 @@ def test_mixed_labelled_and_unlabelled_test_lines(tmp_path: Path, data: Path):
                 inputs={"train": [data / "english-train-sample"], "test": [test]},
             )
         )
+
+
+def test_embedded_cmudict_trains_when_only_a_test_file_is_given(tmp_path: Path, data: Path):
+    manifest = prepare(
+        PrepareRequest("cmudict", tmp_path / "out", inputs={"test": [data / "words-only.txt"]})
+    )
+    assert manifest["split"]["carved"] == ["dev"] and manifest["lines"]["test"] == 3
+    assert manifest["inputs"][0]["name"].startswith("cmudict-")

@@ -126,11 +126,17 @@ def score_command(
     """Score hypotheses against references: a table on stderr, JSON on request."""
     names = [m.value for m in metric] if metric else list(defaults.METRICS)
     options: dict[str, dict[str, Any]] = {}
-    if "per" in names:
-        options["per"] = {"average": per_average.value}
-    if "mfs" in names:
-        options["mfs"] = {"lcs": mfs_lcs.value}
+    for flag, name, key, value, default in (
+        ("--per-average", "per", "average", per_average, DEFAULT_AVERAGE),
+        ("--mfs-lcs", "mfs", "lcs", mfs_lcs, DEFAULT_LCS),
+    ):
+        if name in names:
+            options[name] = {key: value.value}
+        elif value != default:
+            raise ConfigError(f"{flag} applies to --metric {name}, which is not requested")
     if bleu_option:
+        if "bleu" not in names:
+            raise ConfigError("--bleu-option applies to --metric bleu, which is not requested")
         options["bleu"] = parse_bleu_options(bleu_option)
     request = ScoreRequest(
         hyp, list(refs), names, unit.value, hyp_col, ref_col, ref_sep, options, bootstrap, seed

@@ -29,6 +29,7 @@ from transduce import defaults
 from transduce.data import tokens
 from transduce.errors import ConfigError, DataError, plural
 from transduce.io import decode_lines, read_bytes
+from transduce.registry import lookup
 from transduce.special import RESERVED, SEP
 
 
@@ -727,8 +728,4 @@ FORMATS: dict[str, type[Format]] = {f.name: f for f in (Tsv, Cmudict, Sigmorphon
 
 def get_format(name: str, **options: Any) -> Format:
     """Instantiate a format by name; an unknown name lists the valid ones."""
-    try:
-        cls = FORMATS[name]
-    except KeyError:
-        raise ConfigError(f"unknown format {name!r} (valid: {', '.join(FORMATS)})") from None
-    return cls(**options)
+    return lookup(FORMATS, name, "format")(**options)

@@ -9,7 +9,6 @@ built under a temporary name and renamed into place, so a failure leaves nothing
 from __future__ import annotations
 
 import datetime
-import json
 import platform
 from collections import Counter
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from transduce.data.formats import Example, Format, InputFile, Problems, ReadCon
 from transduce.data.splits import check_ratios, source_key, split_examples
 from transduce.errors import ConfigError, DataError
 from transduce.io import atomic_directory, sha256_bytes
+from transduce.reporting import to_json
 
 SPLITS = ("train", "dev", "test")
 MANIFEST = "manifest.json"
@@ -64,8 +64,6 @@ def _check_inputs(fmt: Format, inputs: dict[str, list[Path]]) -> None:
                 f"the {fmt.name} format takes {what} per split; {split} got {len(paths)}: "
                 + ", ".join(map(str, paths))
             )
-    if inputs and "train" not in inputs:
-        raise ConfigError("no training data: give an input file (or --train)")
 
 
 def prepare(request: PrepareRequest) -> dict[str, Any]:
@@ -83,11 +81,11 @@ def prepare(request: PrepareRequest) -> dict[str, Any]:
         files = {
             split: [InputFile.read(p) for p in paths] for split, paths in request.inputs.items()
         }
-        if not files:
+        if "train" not in files:
             default = fmt.default_inputs()
             if default is None:
-                raise ConfigError(f"the {fmt.name} format needs an input file")
-            files = {"train": default}
+                raise ConfigError(f"the {fmt.name} format needs training data: an INPUT file")
+            files = {"train": default, **files}
         problems = Problems(skip=request.skip_invalid)
         splits: dict[str, list[Example]] = {}
         for split in SPLITS:  # train first: it settles `auto` units
@@ -104,9 +102,7 @@ def prepare(request: PrepareRequest) -> dict[str, Any]:
         splits = fmt.finish(splits, workdir)
         outputs = _write_splits(splits, workdir)
         manifest = _manifest(request, fmt, files, splits, carved, problems, outputs)
-        (workdir / MANIFEST).write_text(
-            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
+        (workdir / MANIFEST).write_text(to_json(manifest), encoding="utf-8")
     return manifest
 
 

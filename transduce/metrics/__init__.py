@@ -12,22 +12,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from transduce.errors import ConfigError
 from transduce.metrics.base import Metric, Option, Score
 from transduce.metrics.bleu import Bleu
 from transduce.metrics.corpus import Corpus
 from transduce.metrics.edit import EDIT_METRICS, lcs_length
+from transduce.registry import lookup
 
 METRICS: dict[str, type[Metric]] = {m.name: m for m in (*EDIT_METRICS, Bleu)}
 
 
 def get_metric(name: str, **options: Any) -> Metric:
     """A metric by name with its options (`unit` and the metric's own); errors list valid names."""
-    try:
-        cls = METRICS[name]
-    except KeyError:
-        raise ConfigError(f"unknown metric {name!r} (valid: {', '.join(METRICS)})") from None
-    return cls(**options)
+    return lookup(METRICS, name, "metric")(**options)
 
 
 __all__ = ["METRICS", "Corpus", "Metric", "Option", "Score", "get_metric", "lcs_length"]

@@ -75,6 +75,8 @@ def read_column(path: str, column: int | None) -> Column:
             )
         values.append(cols[column - 1])
     side = prepared_side(path, data, column)
+    if side is not None and not any(v.strip() for v in values):
+        raise DataError(f"column {column} of this prepared split is empty (no answers)", path)
     if side is not None:
         values = [tokens.detokenize(v.split(), side) if v.strip() else "" for v in values]
     return Column(path, values, side)
