@@ -234,4 +234,12 @@ def test_parallel_edit_statistics_equal_the_serial_ones(monkeypatch):
     monkeypatch.setattr(corpus_module, "_workers", lambda: 3)
     parallel_stats = corpus_module.parallel_edit_stats(hyps, refs, "symbol")
     assert parallel_stats is not None and parallel_stats == serial
-    assert Corpus(hyps, refs, "symbol").edit == serial
+    assert Corpus(hyps, refs, "symbol", parallel=True).edit == serial
+
+
+def test_tokenized_references_must_be_wrapped_as_alternatives():
+    tokens = ["K", "AE", "T"]
+    assert score("acc", [tokens], [[tokens]]) == 100.0
+    assert score("acc", [tokens], [[tokens, ["K", "AA", "T"]]]) == 100.0
+    with pytest.raises(ConfigError, match="tokenized hypothesis, but the references are a flat"):
+        score("acc", [tokens], [tokens])

@@ -152,7 +152,7 @@ def test_parallel_with_sentencepiece(tmp_path: Path, data: Path):
     assert any("\u2581" in row[0] for row in read_split(tmp_path / "out", "train"))
 
 
-def test_failure_leaves_no_directory_and_keeps_an_existing_one(tmp_path: Path):
+def test_failure_leaves_no_directory_and_keeps_an_existing_one(tmp_path: Path, data: Path):
     bad = tmp_path / "bad.tsv"
     bad.write_text("cat\tK AE T\ndog\n", encoding="utf-8")
     out = tmp_path / "out"
@@ -161,28 +161,48 @@ def test_failure_leaves_no_directory_and_keeps_an_existing_one(tmp_path: Path):
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["bad.tsv"]  # no temporary left behind
 
-    out.mkdir()
-    (out / "keep.txt").write_text("precious", encoding="utf-8")
-    with pytest.raises(TransduceError, match="exists and is not empty"):
-        prepare(PrepareRequest("cmudict", out))
-    with pytest.raises(DataError):
+    sample = {"train": [data / "cmudict-sample.dict"]}
+    manifest = prepare(PrepareRequest("cmudict", out, inputs=sample))
+    with pytest.raises(TransduceError, match="exists and is not empty .use --force"):
+        prepare(PrepareRequest("cmudict", out, inputs=sample))
+    with pytest.raises(DataError):  # a failed --force run leaves the old dataset as it was
         prepare(PrepareRequest("tsv", out, inputs={"train": [bad]}, force=True))
-    assert (out / "keep.txt").read_text(encoding="utf-8") == "precious"
+    for name, entry in manifest["outputs"].items():
+        assert sha256_file(out / name) == entry["sha256"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tsv", "out"]
 
 
-def test_force_replaces(tmp_path: Path, data: Path):
+def test_force_replaces_a_prepared_dataset_only(tmp_path: Path, data: Path):
+    sample = {"train": [data / "cmudict-sample.dict"]}
     out = tmp_path / "out"
-    out.mkdir()
+    prepare(PrepareRequest("cmudict", out, inputs=sample))
     (out / "old.txt").write_text("old", encoding="utf-8")
-    prepare(
-        PrepareRequest("cmudict", out, inputs={"train": [data / "cmudict-sample.dict"]}, force=True)
-    )
+    prepare(PrepareRequest("cmudict", out, inputs=sample, force=True))
     assert sorted(p.name for p in out.iterdir()) == [
         "dev.tsv",
         "manifest.json",
         "test.tsv",
         "train.tsv",
     ]
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "thesis.tex").write_text("precious", encoding="utf-8")
+    with pytest.raises(ConfigError, match="--force replaces only a prepared dataset directory"):
+        prepare(PrepareRequest("cmudict", home, inputs=sample, force=True))
+    lexicon = home / "lexicon.dict"
+    lexicon.write_text((data / "cmudict-sample.dict").read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(ConfigError, match="an input file is inside the output directory"):
+        prepare(PrepareRequest("cmudict", home, inputs={"train": [lexicon]}, force=True))
+    assert (home / "thesis.tex").read_text(encoding="utf-8") == "precious" and lexicon.exists()
+
+
+def test_the_working_directory_is_never_replaced(tmp_path: Path, data: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="contains the working directory"):
+        prepare(
+            PrepareRequest("cmudict", Path("."), inputs={"train": [data / "cmudict-sample.dict"]})
+        )
 
 
 def test_skip_invalid_counts_in_the_manifest(tmp_path: Path):

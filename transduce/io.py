@@ -7,6 +7,7 @@ line breaks, such as U+2028 or U+001C, which do occur inside real data); a trail
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import hashlib
 import os
@@ -48,7 +49,7 @@ def read_bytes(path: str | Path) -> bytes:
         raise DataError(f"cannot read: {error.strerror}", path) from None
 
 
-def _split(text: str) -> list[str]:
+def _split(text: str) -> list[str | None]:
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -65,16 +66,17 @@ def decode_lines(
     Args:
         data: The raw bytes of a file.
         path: The file's name, for error messages.
-        encoding: A Python codec name; "utf-8" also drops a leading byte-order mark.
+        encoding: A Python codec name; with UTF-8, a leading byte-order mark is dropped.
         keep_bad: When False, the first undecodable line raises `DataError`; when True,
             such lines are None in the result and reported in the second return value.
 
     Returns:
         The lines (None where a line could not be decoded) and the undecodable lines.
     """
-    codec = "utf-8-sig" if encoding.replace("_", "-").lower() in ("utf-8", "utf8") else encoding
+    if encoding.replace("_", "-").lower() in ("utf-8", "utf8") and data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8) :]  # a byte-order mark is not text (no line break in it)
     try:
-        return list(_split(data.decode(codec))), []
+        return _split(data.decode(encoding)), []
     except LookupError:
         raise DataError(f"unknown encoding {encoding!r}") from None
     except UnicodeDecodeError as error:
@@ -99,7 +101,7 @@ def decode_lines(
         if raw.endswith(b"\r"):
             raw = raw[:-1]
         try:
-            text = raw.decode(codec if number == 1 else encoding)
+            text = raw.decode(encoding)
         except UnicodeDecodeError:
             lines.append(None)
             value = raw.decode(encoding, errors="backslashreplace")
@@ -107,12 +109,6 @@ def decode_lines(
             continue
         lines.append(text)
     return lines, bad
-
-
-def read_lines(path: str | Path, encoding: str = "utf-8") -> list[str]:
-    """Read all lines of a file (or stdin for "-"); invalid text raises `DataError`."""
-    lines, _ = decode_lines(read_bytes(path), path, encoding)
-    return lines  # type: ignore[return-value]  # keep_bad=False: no None entries
 
 
 def sha256_bytes(data: bytes) -> str:

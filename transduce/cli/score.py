@@ -14,6 +14,7 @@ from transduce.cli import app, ui
 from transduce.errors import ConfigError
 from transduce.io import atomic_write_text
 from transduce.metrics import METRICS
+from transduce.metrics.bleu import Bleu
 from transduce.metrics.corpus import UNITS
 from transduce.metrics.scoring import ScoreRequest, per_item_rows, score_request
 from transduce.reporting import to_json, write_json
@@ -153,37 +154,17 @@ def score_command(
     _table(result)
 
 
-_BLEU_TYPES: dict[str, type] = {
-    "lowercase": bool,
-    "force": bool,
-    "effective_order": bool,
-    "max_ngram_order": int,
-    "smooth_value": float,
-}  # the others (tokenize, smooth_method, trg_lang) are strings
-
-
 def parse_bleu_options(pairs: list[str]) -> dict[str, Any]:
     """`["tokenize=none", "lowercase=true"]` -> {"tokenize": "none", "lowercase": True}."""
-    from transduce.metrics.bleu import Bleu
-
     parsed: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
-        key, text = key.strip().replace("-", "_"), text.strip()
+        key = key.strip().replace("-", "_")
         if not sep or key not in Bleu.options:
             raise ConfigError(
                 f"--bleu-option {pair!r}: expected KEY=VALUE, KEY one of {', '.join(Bleu.options)}"
             )
-        kind = _BLEU_TYPES.get(key, str)
-        if kind is bool:
-            if text.lower() not in ("true", "false"):
-                raise ConfigError(f"--bleu-option {key}: expected true or false, not {text!r}")
-            parsed[key] = text.lower() == "true"
-        else:
-            try:
-                parsed[key] = kind(text)
-            except ValueError:
-                raise ConfigError(f"--bleu-option {key}: expected a number, not {text!r}") from None
+        parsed[key] = Bleu.options[key].parse(f"--bleu-option {key}", text.strip())
     return parsed
 
 

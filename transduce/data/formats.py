@@ -325,14 +325,16 @@ class CmudictOptions(Options):
 
 _VARIANT = re.compile(r"\(\d+\)$")  # WORD(2): the second pronunciation of WORD
 _STRESS = re.compile(r"(?<=\D)[0-9]+$")  # AH0 -> AH (a phone of digits only is left alone)
+_COMMENT = re.compile(r"\s#")  # a trailing comment; "#HASH-MARK  HH AE1 ..." is a word
 
 
 class Cmudict(LineFormat):
     """CMUdict: `WORD  P1 P2 ...` (any whitespace after the word, so TAB files work too).
 
-    `WORD(2)` variants become more entries of WORD; `;;;` lines and trailing `# ...`
-    comments are ignored; stress digits are stripped (AH0 -> AH) unless `keep_stress`; the
-    word is lower-cased unless `lowercase` is off. A line with a word and no phones is an
+    `WORD(2)` variants become more entries of WORD; `;;;` lines and trailing ` # ...`
+    comments (a `#` after whitespace: cmudict-0.7b has the word `#HASH-MARK`) are ignored;
+    stress digits are stripped (AH0 -> AH) unless `keep_stress`; the word is lower-cased
+    unless `lowercase` is off. A line with a word and no phones is an
     entry without an answer (allowed in a test file, such as Phonetisaurus' `.words`).
     """
 
@@ -352,7 +354,7 @@ class Cmudict(LineFormat):
     ) -> Example | None:
         if line.startswith(";;;"):
             return None
-        parts = line.split("#", 1)[0].split()
+        parts = _COMMENT.split(line, maxsplit=1)[0].split()
         if not parts:
             return None
         word = _VARIANT.sub("", parts[0])
@@ -529,8 +531,12 @@ class Conllu(Format):
         column = 3 if self.options.tag == "upos" else 4
         examples: list[Example] = []
         sentence = _Sentence()
-        for number, line in [*_lines(file, ctx), (0, "")]:  # a final blank line ends the file
-            if not line.strip():
+        decoded, bad = decode_lines(file.data, file.name, ctx.encoding, keep_bad=ctx.problems.skip)
+        undecodable = {b.line: DataError(b.message, file.name, b.line, b.value) for b in bad}
+        for number, line in [*enumerate(decoded, 1), (0, "")]:  # a final blank line ends the file
+            if line is None:  # undecodable: its whole sentence is skipped
+                sentence.error = sentence.error or undecodable[number]
+            elif not line.strip():
                 try:
                     example = sentence.close(file)
                 except DataError as problem:

@@ -9,6 +9,7 @@ built under a temporary name and renamed into place, so a failure leaves nothing
 from __future__ import annotations
 
 import datetime
+import json
 import platform
 from collections import Counter
 from collections.abc import Sequence
@@ -66,6 +67,31 @@ def _check_inputs(fmt: Format, inputs: dict[str, list[Path]]) -> None:
             )
 
 
+def _check_output(out: Path, force: bool, inputs: dict[str, list[Path]]) -> None:
+    """Refuse an output directory whose replacement would destroy something else.
+
+    `--force` replaces an empty directory or a prepared dataset (one with a transduce
+    manifest); never another directory, one holding an input, or the working directory.
+    """
+    target = out.resolve()
+    for paths in inputs.values():
+        for path in paths:
+            if Path(path).resolve().is_relative_to(target):
+                raise ConfigError(f"{path}: an input file is inside the output directory {out}")
+    if Path.cwd().resolve().is_relative_to(target):
+        raise ConfigError(f"{out}: the output directory contains the working directory")
+    if force and target.is_dir() and any(target.iterdir()):
+        try:
+            schema = json.loads((target / MANIFEST).read_text(encoding="utf-8")).get("schema")
+        except (OSError, ValueError, AttributeError):
+            schema = None
+        if schema != MANIFEST_SCHEMA:
+            raise ConfigError(
+                f"{out}: --force replaces only a prepared dataset directory, and this one has "
+                "no transduce manifest.json; choose another --out"
+            )
+
+
 def prepare(request: PrepareRequest) -> dict[str, Any]:
     """Read, split, and write a prepared dataset directory; return its manifest.
 
@@ -77,6 +103,7 @@ def prepare(request: PrepareRequest) -> dict[str, Any]:
     fmt = get_format(request.format, **request.options)
     check_ratios(request.dev_ratio, request.test_ratio)
     _check_inputs(fmt, request.inputs)
+    _check_output(Path(request.out), request.force, request.inputs)
     with atomic_directory(request.out, force=request.force) as workdir:
         files = {
             split: [InputFile.read(p) for p in paths] for split, paths in request.inputs.items()

@@ -8,6 +8,7 @@ set to the training alphabet plus that many merges, which is what the merges wou
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 from collections.abc import Callable, Sequence
@@ -62,7 +63,8 @@ def _learn_subword_nmt(texts: Sequence[Sequence[str]], merges: int, path: Path) 
     from subword_nmt.learn_bpe import learn_bpe
 
     codes = io.StringIO()
-    learn_bpe(io.StringIO("".join(" ".join(t) + "\n" for t in texts)), codes, merges)
+    with contextlib.redirect_stderr(io.StringIO()):  # its progress bar and notes, even with -q
+        learn_bpe(io.StringIO("".join(" ".join(t) + "\n" for t in texts)), codes, merges)
     path.write_text(codes.getvalue(), encoding="utf-8")
     codes.seek(0)
     bpe = BPE(codes, separator=tokens.SUBWORD_NMT_SEPARATOR)
@@ -82,6 +84,7 @@ def _learn_sentencepiece(texts: Sequence[Sequence[str]], merges: int, path: Path
         vocab_size=len(alphabet) + merges + 2,  # + <unk> and the word-start piece
         hard_vocab_limit=False,  # small data may allow fewer merges: take what there is
         character_coverage=1.0,
+        normalization_rule_name="identity",  # keep the text as it is (no NFKC: "ﬁ" stays "ﬁ")
         bos_id=-1,
         eos_id=-1,
         num_threads=1,  # deterministic

@@ -57,11 +57,26 @@ class Score:
 
 @dataclass
 class Option:
-    """One option of a metric: its default and, if restricted, its valid values."""
+    """One option of a metric: default, valid values (if restricted), help, value type.
+
+    `kind` is the type a text value (from the command line) is converted to.
+    """
 
     default: Any
     choices: tuple[Any, ...] | None = None
     help: str = ""
+    kind: type = str
+
+    def parse(self, name: str, text: str) -> Any:
+        """Convert a command-line value: "true" -> True for bool, "4" -> 4 for int, ..."""
+        if self.kind is bool:
+            if text.lower() not in ("true", "false"):
+                raise ConfigError(f"{name}: expected true or false, not {text!r}")
+            return text.lower() == "true"
+        try:
+            return self.kind(text)
+        except ValueError:
+            raise ConfigError(f"{name}: expected a {self.kind.__name__}, not {text!r}") from None
 
 
 class Metric(ABC):
@@ -140,7 +155,15 @@ class Metric(ABC):
     def corpus_score(
         self, hyps: Sequence[Text], refs: Sequence[Text | Sequence[Text]], **kwargs: Any
     ) -> Score:
-        """Score hypotheses against references (see `Corpus` for the accepted shapes)."""
+        """Score hypotheses against references.
+
+        Args:
+            hyps: Per line a string, or a sequence of symbols.
+            refs: Per line a string (one reference) or a list of alternatives, each a string
+                or a sequence of symbols: `["K AE T", ["K AE T", "K AA T"]]`, or for
+                tokenized input `[[["K", "AE", "T"]], [["K", "AE", "T"], ["K", "AA", "T"]]]`.
+            **kwargs: `bootstrap`, `seed`, `confidence` (see `score`).
+        """
         return self.score(Corpus(hyps, refs, self.unit), **kwargs)
 
 
@@ -157,6 +180,8 @@ def bootstrap_interval(
 
     if not 0 < confidence < 1:
         raise ConfigError(f"confidence must be between 0 and 1, not {confidence}")
+    if not 0 <= seed < 2**63:
+        raise ConfigError(f"the bootstrap seed must be in [0, 2**63), not {seed}")
     stats = torch.tensor(metric.item_stats(corpus), dtype=torch.float64).T  # n x k
     n = stats.shape[0]
     generator = torch.Generator().manual_seed(seed)

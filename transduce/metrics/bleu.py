@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from sacrebleu.metrics import BLEU
 
+from transduce.errors import ConfigError
 from transduce.metrics.base import Metric, Option
 from transduce.metrics.corpus import Corpus
 
@@ -23,13 +24,13 @@ from transduce.metrics.corpus import Corpus
 def _bleu_options() -> dict[str, Option]:
     return {
         "tokenize": Option(None, (None, *BLEU.TOKENIZERS), "sacrebleu tokenizer (default 13a)"),
-        "lowercase": Option(False, (False, True), "lower-case before scoring"),
+        "lowercase": Option(False, (False, True), "lower-case before scoring", bool),
         "smooth_method": Option("exp", tuple(BLEU.SMOOTH_DEFAULTS), "smoothing method"),
-        "smooth_value": Option(None, None, "smoothing value (floor, add-k)"),
-        "max_ngram_order": Option(4, None, "highest n-gram order"),
-        "effective_order": Option(False, (False, True), "drop n-gram orders with no matches"),
+        "smooth_value": Option(None, None, "smoothing value (floor, add-k)", float),
+        "max_ngram_order": Option(4, (1, 2, 3, 4, 5, 6, 7, 8, 9), "highest n-gram order", int),
+        "effective_order": Option(False, (False, True), "drop n-gram orders with no matches", bool),
         "trg_lang": Option("", None, "target language code (picks a tokenizer for zh, ja, ko)"),
-        "force": Option(False, (False, True), "do not warn about tokenized input"),
+        "force": Option(False, (False, True), "do not warn about tokenized input", bool),
     }
 
 
@@ -42,7 +43,10 @@ class Bleu(Metric):
     options: ClassVar[dict[str, Option]] = _bleu_options()
 
     def _metric(self, **override: Any) -> BLEU:
-        return BLEU(**{**self.values, **override})
+        try:
+            return BLEU(**{**self.values, **override})
+        except (RuntimeError, ImportError, ValueError) as error:  # e.g. a tokenizer's extra
+            raise ConfigError(f"metric bleu: {error}") from None
 
     @staticmethod
     def _streams(corpus: Corpus) -> list[list[str | None]]:

@@ -146,20 +146,31 @@ class Corpus:
         hyps: One hypothesis per line: a string (cut into symbols by `unit`) or a sequence
             of symbols.
         refs: One entry per line: a string (one reference) or a list of alternative
-            references, each a string or a sequence of symbols.
+            references, each a string or a sequence of symbols. A tokenized reference is
+            therefore wrapped in a list of alternatives: `[["K", "AE", "T"]]`, not
+            `["K", "AE", "T"]` (which would be three one-symbol alternatives); with
+            tokenized hypotheses, a flat list of strings is refused as ambiguous.
         unit: How strings are cut: "symbol" (whitespace-separated tokens), "char"
             (characters, whitespace ignored) or "auto" (symbol when more than half of the
             reference strings contain whitespace between symbols, else char; decided on
             at most `AUTO_SAMPLE` evenly spaced references).
+        parallel: Compute the edit distances of large corpora (`PARALLEL_MIN_LINES` lines
+            or more) in worker processes (what `transduce score` does). Off by default,
+            so that a library caller (a training loop) never forks.
 
     Raises:
         DataError: different numbers of lines, no lines, or an empty reference.
+        ConfigError: an unknown unit, or references whose shape is ambiguous.
     """
 
     AUTO_SAMPLE = 10_000
 
     def __init__(
-        self, hyps: Sequence[Text], refs: Sequence[Text | Sequence[Text]], unit: str = "auto"
+        self,
+        hyps: Sequence[Text],
+        refs: Sequence[Text | Sequence[Text]],
+        unit: str = "auto",
+        parallel: bool = False,
     ):
         if unit not in UNITS:
             raise ConfigError(f"unknown unit {unit!r} (valid: {', '.join(UNITS)})")
@@ -168,12 +179,21 @@ class Corpus:
         if not hyps:
             raise DataError("nothing to score: no lines")
         self._hyp_source, self._ref_source = hyps, refs
+        self._parallel = parallel
         # One string per line is the common case (files): it never builds per-line lists.
         self._plain = _all_str(hyps) and _all_str(refs)
         self._single = _all_str(refs)
         self._alternatives = (
             None if self._single else [[r] if isinstance(r, str) else list(r) for r in refs]
         )
+        if not self._single and not _all_str(hyps):
+            for number, (hyp, alts) in enumerate(zip(hyps, self._alternatives), 1):
+                if not isinstance(hyp, str) and alts and all(isinstance(a, str) for a in alts):
+                    raise ConfigError(
+                        f"line {number}: tokenized hypothesis, but the references are a flat "
+                        f"list of strings {alts[:3]!r}...: give a tokenized reference as a "
+                        "list of alternatives, [['K', 'AE', 'T']]"
+                    )
         if unit == "auto":
             step = max(1, len(refs) // self.AUTO_SAMPLE)
             sample = (
@@ -244,7 +264,7 @@ class Corpus:
     @cached_property
     def edit(self) -> EditStats:
         """Closest-reference edit statistics, computed once for all edit-based metrics."""
-        if self._plain and len(self) >= defaults.PARALLEL_MIN_LINES:
+        if self._parallel and self._plain and len(self) >= defaults.PARALLEL_MIN_LINES:
             stats = parallel_edit_stats(self._hyp_source, self._ref_source, self.unit)  # type: ignore[arg-type]
             if stats is not None:
                 return stats

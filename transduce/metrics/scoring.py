@@ -128,7 +128,7 @@ def load_corpus(request: ScoreRequest) -> tuple[Corpus, list[Column]]:
     sides = [ref.side for ref in refs if ref.side is not None]
     if unit == "auto" and sides:
         unit = tokens.CHAR if all(s.get("unit") == tokens.CHAR for s in sides) else tokens.SYMBOL
-    return Corpus(hyps.lines, alternatives, unit), refs
+    return Corpus(hyps.lines, alternatives, unit, parallel=True), refs
 
 
 def make_metrics(request: ScoreRequest) -> list[Metric]:
