@@ -116,7 +116,9 @@ def test_score_table_and_json(run, g2p):
 
 def test_score_default_metrics_and_report_file(run, g2p, tmp_path: Path):
     hyp, ref = g2p
-    result = run("--quiet", "score", hyp, ref, "--report", tmp_path / "r.json", "--bootstrap", "50")
+    result = run(
+        "--quiet", "score", hyp, ref, "--report", tmp_path / "r.json", "--bootstrap", "100"
+    )
     assert result.exit_code == 0 and result.output == ""
     report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
     assert list(report["scores"]) == ["wer", "per"]
@@ -148,19 +150,54 @@ def test_score_stdin(run, g2p):
     [
         (["-m", "wer"], ["line counts differ", "has 2 lines", "has 3 lines"]),
         (["--ref-col", "3"], ["no column 3"]),
-        (["-m", "nope"], []),
+        (["-m", "acuracy"], ["'acuracy' is not one of", "see: transduce score --help"]),
+        (["--unit", "word"], ["'word' is not one of"]),
+        (["--ref-col", "two"], ["Invalid value for '--ref-col'", "integer"]),
+        (["--bootstrap", "10"], ["--bootstrap takes at least 100"]),
     ],
 )
 def test_score_errors(run, tmp_path: Path, args, fragments):
     hyp = tmp_path / "hyp.txt"
     hyp.write_text("a\nb\n", encoding="utf-8")
     ref = tmp_path / "ref.txt"
-    ref.write_text("a\nb\nc\n" if "wer" in args else "a\tb\n", encoding="utf-8")
-    result = run("score", hyp, ref, *args)
-    if fragments:
-        one_line_error(result, *fragments)
-    else:  # a bad choice is a usage error from Typer, also exit code 2
-        assert result.exit_code == 2 and "Traceback" not in result.output
+    ref.write_text("a\nb\nc\n" if "wer" in args else "a\tb\nc\td\n", encoding="utf-8")
+    one_line_error(run("score", hyp, ref, *args), *fragments)
+
+
+def test_metric_names_ignore_case_and_quiet_goes_anywhere(run, g2p):
+    hyp, ref = g2p
+    result = run("score", hyp, ref, "-m", "ACC", "-q")
+    assert result.exit_code == 0 and result.output == ""
+
+
+def test_score_never_overwrites_an_input(run, g2p, tmp_path: Path, data: Path):
+    hyp, ref = g2p
+    before = ref.read_text(encoding="utf-8")
+    one_line_error(run("score", hyp, ref, "--report", ref), "is an input of this command")
+    one_line_error(run("score", hyp, ref, "--per-item", hyp), "is an input of this command")
+    assert ref.read_text(encoding="utf-8") == before
+    out = tmp_path / "p"
+    assert run("-q", "prepare", "cmudict", data / "cmudict-sample.dict", "-o", out).exit_code == 0
+    one_line_error(
+        run("score", hyp, ref, "--report", out / "test.tsv"), "part of a prepared dataset"
+    )
+
+
+def test_score_hints(run, tmp_path: Path, data: Path):
+    out = tmp_path / "p"
+    args = ["--test-ratio", "0.3", "--dev-ratio", "0.1", "-o", out]
+    assert run("-q", "prepare", "cmudict", data / "cmudict-sample.dict", *args).exit_code == 0
+    test = out / "test.tsv"
+    rows = [line.split("\t") for line in test.read_text(encoding="utf-8").splitlines()]
+    hyp = tmp_path / "hyp"
+    hyp.write_text("".join(r[1] + "\n" for r in rows), encoding="utf-8")
+    one_line_error(run("score", hyp, test), "a prepared split", "use --ref-col 2")
+    copy = tmp_path / "copy.tsv"  # a copy is no longer known as prepared: a warning instead
+    copy.write_text(test.read_text(encoding="utf-8"), encoding="utf-8")
+    assert "did you mean --ref-col N?" in run("score", hyp, copy).stderr
+    words = tmp_path / "words"
+    words.write_text("".join(r[1].replace(" ", "") + "\n" for r in rows), encoding="utf-8")
+    assert "--unit char" in run("score", words, test, "--ref-col", "2").stderr
 
 
 def test_score_empty_reference_is_an_error(run, tmp_path: Path):

@@ -271,3 +271,9 @@ def test_escape_round_trip(value):
     word = value.replace("<", "")  # a whole word as one symbol ("<space>" itself is reserved)
     assert not any(c.isspace() for c in escape(word))
     assert unescape(escape(word)) == word
+
+
+def test_tsv_characters_with_spaces_are_escaped_not_reserved():
+    examples, _, _ = read("tsv", text("aa gemacht\tx y\n"), source_unit="char", target_unit="char")
+    assert examples[0].source == ("a", "a", "<space>", *"gemacht")
+    assert examples[0].target == ("x", "<space>", "y")

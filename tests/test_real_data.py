@@ -199,8 +199,8 @@ def test_score_agrees_with_independent_computation_on_g2p_with_variants(
     hyp.write_text("\n".join(hyps) + "\n", encoding="utf-8")
     ref.write_text("\n".join("|".join(prons[w]) for w in words) + "\n", encoding="utf-8")
     names = ["acc", "wer", "per", "lev", "mfs"]
-    report, corpus, _ = score_request(ScoreRequest(str(hyp), [str(ref)], names, ref_sep="|"))
-    assert corpus.nrefs == "var" and corpus.unit == "symbol"
+    report, loaded, _ = score_request(ScoreRequest(str(hyp), [str(ref)], names, ref_sep="|"))
+    assert loaded.corpus.nrefs == "var" and loaded.corpus.unit == "symbol"
     expected = reference_scores(
         [h.split() for h in hyps], [[p.split() for p in prons[w]] for w in words]
     )

@@ -30,12 +30,12 @@ def value(report: dict, metric: str) -> float:
 def test_alternatives_from_separator_and_from_several_files(tmp_path: Path):
     hyp = write(tmp_path / "hyp", "T AH M EY T OW\nR IY D\n")
     one = write(tmp_path / "one", "T AH M AA T OW|T AH M EY T OW\nR EH D\n")
-    report, corpus, _ = score_request(ScoreRequest(hyp, [one], ["acc"], ref_sep="|"))
-    assert value(report, "acc") == 50.0 and corpus.nrefs == "var"
+    report, loaded, _ = score_request(ScoreRequest(hyp, [one], ["acc"], ref_sep="|"))
+    assert value(report, "acc") == 50.0 and loaded.corpus.nrefs == "var"
     a = write(tmp_path / "a", "T AH M AA T OW\nR EH D\n")
     b = write(tmp_path / "b", "T AH M EY T OW\nR IY D\n")
-    report, corpus, _ = score_request(ScoreRequest(hyp, [a, b], ["acc", "per"]))
-    assert value(report, "acc") == 100.0 and corpus.nrefs == "2"
+    report, loaded, _ = score_request(ScoreRequest(hyp, [a, b], ["acc", "per"]))
+    assert value(report, "acc") == 100.0 and loaded.corpus.nrefs == "2"
 
 
 def test_hypothesis_and_reference_columns(tmp_path: Path):
@@ -52,8 +52,8 @@ def test_prepared_character_targets_are_joined_back(tmp_path: Path, data: Path):
         for line in test.read_text(encoding="utf-8").splitlines()
     ]
     hyp = write(tmp_path / "hyp", "\n".join(forms) + "\n")  # what decode prints: "walked"
-    report, corpus, _ = score_request(ScoreRequest(hyp, [str(test)], ["acc", "lev"], ref_col=2))
-    assert corpus.unit == "char" and value(report, "acc") == 100.0
+    report, loaded, _ = score_request(ScoreRequest(hyp, [str(test)], ["acc", "lev"], ref_col=2))
+    assert loaded.corpus.unit == "char" and value(report, "acc") == 100.0
 
 
 def test_prepared_escapes_become_spaces_again(tmp_path: Path):
@@ -66,8 +66,8 @@ def test_prepared_escapes_become_spaces_again(tmp_path: Path):
     )
     hyp = write(tmp_path / "hyp", "Aa gemacht\n")
     ref = str(tmp_path / "p" / "test.tsv")
-    report, corpus, _ = score_request(ScoreRequest(hyp, [ref], ["acc", "bleu"], ref_col=2))
-    assert corpus.ref_texts == [["Aa gemacht"]] and value(report, "acc") == 100.0
+    report, loaded, _ = score_request(ScoreRequest(hyp, [ref], ["acc", "bleu"], ref_col=2))
+    assert loaded.corpus.ref_texts == [["Aa gemacht"]] and value(report, "acc") == 100.0
 
 
 def test_prepared_subwords_are_merged_back(tmp_path: Path, data: Path):
@@ -85,11 +85,11 @@ def test_prepared_subwords_are_merged_back(tmp_path: Path, data: Path):
     words = {
         line.strip() for line in (data / "de_sample.txt").read_text(encoding="utf-8").splitlines()
     }
-    report, corpus, _ = score_request(
+    report, loaded, _ = score_request(
         ScoreRequest(str(test), [str(test)], ["bleu"], hyp_col=2, ref_col=2)
     )
-    assert all(r[0] in words for r in corpus.ref_texts)
-    assert corpus.unit == "symbol" and value(report, "bleu") == pytest.approx(100.0)
+    assert all(r[0] in words for r in loaded.corpus.ref_texts)
+    assert loaded.corpus.unit == "symbol" and value(report, "bleu") == pytest.approx(100.0)
 
 
 def test_an_edited_prepared_file_is_read_as_plain_tsv(tmp_path: Path, data: Path):
@@ -98,15 +98,17 @@ def test_an_edited_prepared_file_is_read_as_plain_tsv(tmp_path: Path, data: Path
         handle.write("[V] <sep> x\tx\n")
     lines = len(test.read_text(encoding="utf-8").splitlines())
     hyp = write(tmp_path / "hyp", "x\n" * lines)
-    _, corpus, _ = score_request(ScoreRequest(hyp, [str(test)], ["acc"], ref_col=2))
-    assert " " in corpus.ref_texts[0][0]  # not joined: the hash no longer matches the manifest
+    _, loaded, _ = score_request(ScoreRequest(hyp, [str(test)], ["acc"], ref_col=2))
+    assert (
+        " " in loaded.corpus.ref_texts[0][0]
+    )  # not joined: the hash no longer matches the manifest
 
 
 def test_per_item_rows_line_up(tmp_path: Path):
     hyp = write(tmp_path / "hyp", "K AE T\n\n")
     ref = write(tmp_path / "ref", "K AA T\nD AO G\n")
-    _, corpus, metrics = score_request(ScoreRequest(hyp, [ref], ["per", "mfs"]))
-    rows = per_item_rows(corpus, metrics)
+    _, loaded, metrics = score_request(ScoreRequest(hyp, [ref], ["per", "mfs"]))
+    rows = per_item_rows(loaded, metrics)
     header = rows[0]
     assert len(rows) == 3 and all(len(r) == len(header) for r in rows)
     first = dict(zip(header, rows[1]))
@@ -127,3 +129,31 @@ def test_request_errors(tmp_path: Path):
         score_request(ScoreRequest(empty, [empty]))
     with pytest.raises(DataError, match="ref:1: empty reference"):
         score_request(ScoreRequest(hyp, [write(tmp_path / "ref", "a||b\n")], ref_sep="|"))
+
+
+def test_merge_variants_scores_each_source_once(tmp_path: Path):
+    ref = write(tmp_path / "ref.tsv", "r e a d\tR EH D\nr e a d\tR IY D\nc a t\tK AE T\n")
+    hyp = write(tmp_path / "hyp", "R IY D\nR IY D\nK AA T\n")  # decode repeats a source's answer
+    report, loaded, _ = score_request(ScoreRequest(hyp, [ref], ["acc"], ref_col=2))
+    assert value(report, "acc") == pytest.approx(100 / 3)  # line by line: "read" is half wrong
+    assert not any("--merge-variants" in w for w in report["warnings"])  # not a prepared split
+    report, loaded, _ = score_request(
+        ScoreRequest(hyp, [ref], ["acc"], ref_col=2, merge_variants=True)
+    )
+    assert value(report, "acc") == 50.0 and loaded.lines == [1, 3]
+    assert loaded.corpus.ref_texts[0] == ["R EH D", "R IY D"] and not report["warnings"]
+    odd = write(tmp_path / "odd", "R IY D\nR EH D\nK AA T\n")
+    report, _, _ = score_request(ScoreRequest(odd, [ref], ["acc"], ref_col=2, merge_variants=True))
+    assert "1 source with variants got different hypotheses" in report["warnings"][0]
+    with pytest.raises(ConfigError, match="--merge-variants reads the sources"):
+        score_request(ScoreRequest(hyp, [ref], merge_variants=True))
+
+
+def test_a_prepared_split_with_variants_suggests_merging(tmp_path: Path, data: Path):
+    inputs = {"train": [data / "cmudict-sample.dict"], "test": [data / "cmudict-07b-style.dict"]}
+    prepare(PrepareRequest("cmudict", tmp_path / "p", inputs=inputs, dev_ratio=0.2))
+    test = tmp_path / "p" / "test.tsv"
+    targets = [line.split("\t")[1] for line in test.read_text(encoding="utf-8").splitlines()]
+    hyp = write(tmp_path / "hyp", "\n".join(targets) + "\n")
+    report, _, _ = score_request(ScoreRequest(hyp, [str(test)], ["wer"], ref_col=2))
+    assert any("--merge-variants" in w for w in report["warnings"])

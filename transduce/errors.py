@@ -57,9 +57,9 @@ class CheckpointError(TransduceError):
     """A checkpoint that cannot be read or does not fit the request."""
 
 
-def plural(count: int, noun: str) -> str:
-    """`plural(1, "line")` -> "1 line"; `plural(3, "line")` -> "3 lines"."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """`plural(1, "line")` -> "1 line"; `plural(3, "line")` -> "3 lines"; `nouns`: irregular."""
+    return f"{count} {noun}" if count == 1 else f"{count} {nouns or noun + 's'}"
 
 
 def shorten(value: str, limit: int = _MAX_VALUE_CHARS) -> str:

@@ -1,7 +1,8 @@
 """The `transduce` command line: a Typer app with one module per command.
 
-Library errors (`TransduceError`) and failed file operations become one red line on
-stderr and exit code 2; a traceback is left for real bugs only.
+Library errors (`TransduceError`), failed file operations and usage mistakes (a misspelt
+option value) become one red line on stderr and exit code 2; a traceback is left for
+real bugs only.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typer.core import TyperGroup
 
 from transduce import __version__
 from transduce.cli import ui
+from transduce.cli.common import Verbosity
 from transduce.errors import TransduceError
 
 EXIT_USER_ERROR = 2
@@ -22,17 +24,27 @@ EXIT_USER_ERROR = 2
 class _Group(TyperGroup):
     """Turns a user's mistake into one red line and exit code 2, for every command."""
 
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        ui.set_verbosity(ui.NORMAL)  # each invocation starts afresh (tests run many)
+        return super().make_context(*args, **kwargs)
+
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except TransduceError as error:
             ui.error(str(error))
-            raise typer.Exit(EXIT_USER_ERROR) from None
         except OSError as error:
             if error.errno == errno.EPIPE or error.filename is None:
                 raise  # a closed pipe is handled quietly by Typer; others are bugs
             ui.error(f"{error.filename}: {error.strerror}")
-            raise typer.Exit(EXIT_USER_ERROR) from None
+        except typer.TyperException as error:  # a usage error of a command (bad value, ...)
+            message = getattr(error, "format_message", None)
+            if message is None:
+                raise
+            command = error.ctx.command_path if getattr(error, "ctx", None) else "transduce"
+            ui.error(f"{message().removeprefix('Value error, ')} (see: {command} --help)")
+            raise typer.Exit(getattr(error, "exit_code", EXIT_USER_ERROR)) from None
+        raise typer.Exit(EXIT_USER_ERROR)
 
 
 app = typer.Typer(
@@ -60,18 +72,9 @@ def main(
             "--version", callback=_show_version, is_eager=True, help="Print the version and exit."
         ),
     ] = False,
-    quiet: Annotated[
-        bool | None,
-        typer.Option(
-            "--quiet/--verbose",
-            "-q/-v",
-            help="Quiet: only errors and data on stderr/stdout. Verbose: more detail.",
-            show_default=False,
-        ),
-    ] = None,
+    verbosity: Verbosity = None,
 ) -> None:
     """Neural character- and word-level transduction from the command line."""
-    ui.set_verbosity(ui.NORMAL if quiet is None else ui.QUIET if quiet else ui.VERBOSE)
 
 
 from transduce.cli import prepare as _prepare  # noqa: E402, F401  (registers the command)

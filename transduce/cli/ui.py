@@ -6,6 +6,8 @@ the terminal goes to stderr, through here, and respects --quiet / --verbose.
 
 from __future__ import annotations
 
+import logging
+
 from rich.console import Console
 from rich.markup import escape
 
@@ -18,6 +20,8 @@ _level = NORMAL
 def set_verbosity(level: int) -> None:
     global _level
     _level = level
+    # sacrebleu warns through logging (e.g. about tokenized input); --quiet silences it too
+    logging.getLogger("sacrebleu").setLevel(logging.ERROR if level == QUIET else logging.WARNING)
 
 
 def verbosity() -> int:

@@ -277,14 +277,12 @@ class Tsv(LineFormat):
                 number,
                 line,
             )
-        source = tokens.tokenize(cols[o.source_col - 1].strip(), o.source_unit)
+        source = self._field(cols[o.source_col - 1], o.source_unit, "source", file, number)
         if not source:
             raise DataError(f"empty source field (column {o.source_col})", file.name, number, line)
-        check_reserved(source, "source", file, number)
         target = None
         if len(cols) >= o.target_col and cols[o.target_col - 1].strip():
-            target = tokens.tokenize(cols[o.target_col - 1].strip(), o.target_unit)
-            check_reserved(target, "target", file, number)
+            target = self._field(cols[o.target_col - 1], o.target_unit, "target", file, number)
         elif ctx.require_target:
             raise DataError(f"empty target field (column {o.target_col})", file.name, number, line)
         features = None
@@ -305,6 +303,13 @@ class Tsv(LineFormat):
             None if features is None else tuple(features),
             number,
         )
+
+    @staticmethod
+    def _field(text: str, unit: str, what: str, file: InputFile, number: int) -> list[str]:
+        symbols = tokens.tokenize(text.strip(), unit)
+        if unit == tokens.SYMBOL:  # a character can never be a reserved symbol
+            check_reserved(symbols, what, file, number)
+        return symbols
 
     def sides(self) -> dict[str, dict[str, Any]]:
         o = self.options

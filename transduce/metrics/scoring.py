@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from transduce import defaults
@@ -31,11 +32,19 @@ from transduce.metrics.edit import MeanFScore
 from transduce.reporting import versions
 
 REPORT_SCHEMA = "transduce.score/1"
+MIN_BOOTSTRAP = 100
 
 
 @dataclass
 class ScoreRequest:
-    """The inputs and options of one scoring run (what the `score` command takes)."""
+    """The inputs and options of one scoring run (what the `score` command takes).
+
+    Attributes:
+        merge_variants: Lines whose source (column `source_col` of the first reference
+            TSV) is the same count as one item: scored once, with the hypothesis of its
+            first line, against the references of all its lines. This is how G2P is scored
+            on CMUdict, where a word with two pronunciations has two lines.
+    """
 
     hyp: str
     refs: list[str]
@@ -47,6 +56,9 @@ class ScoreRequest:
     metric_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     bootstrap: int = 0
     seed: int = defaults.BOOTSTRAP_SEED
+    encoding: str = defaults.ENCODING
+    merge_variants: bool = False
+    source_col: int = 1
 
 
 @dataclass
@@ -58,17 +70,36 @@ class Column:
     side: dict[str, Any] | None = None  # the side spec when it is a prepared split
 
 
-def read_column(path: str, column: int | None) -> Column:
-    """Read the lines of `path`, or the 1-based `column` of its tab-separated lines."""
+@dataclass
+class Loaded:
+    """What `load_corpus` read: the corpus, the input line of each item, and warnings."""
+
+    corpus: Corpus
+    lines: list[int]
+    warnings: list[str]
+
+
+def read_column(
+    path: str, column: int | None, flag: str = "--ref-col", encoding: str = defaults.ENCODING
+) -> Column:
+    """Read the lines of `path`, or the 1-based `column` of its tab-separated lines.
+
+    A column of a prepared split comes back as the target's own text (see the module doc);
+    a prepared split read without a column is an error (its lines are source<TAB>target).
+    """
     if column is not None and column < 1:
-        raise ConfigError(f"columns are 1-based: {column} is not a column")
+        raise ConfigError(f"{flag}: columns are 1-based, {column} is not a column")
     data = read_bytes(path)
-    lines, _ = decode_lines(data, display(path))
+    lines: list[str] = decode_lines(data, display(path), encoding)[0]  # type: ignore[assignment]
     if column is None:
-        return Column(path, lines)  # type: ignore[arg-type]  # strict decoding: no None
+        if prepared_side(path, data, 2) is not None:
+            raise DataError(
+                f"a prepared split (source<TAB>target): use {flag} 2 for its targets", path
+            )
+        return Column(path, lines)
     values = []
     for number, line in enumerate(lines, 1):
-        cols = line.split("\t")  # type: ignore[union-attr]
+        cols = line.split("\t")
         if len(cols) < column:
             raise DataError(
                 f"no column {column} (the line has {len(cols)})", display(path), number, line
@@ -100,14 +131,40 @@ def _alternatives(column: Column, separator: str | None) -> list[str] | list[lis
     return result
 
 
-def load_corpus(request: ScoreRequest) -> tuple[Corpus, list[Column]]:
-    """Read the hypotheses and references into a `Corpus` (and the reference columns)."""
+def _merge_variants(
+    hyps: list[str], alternatives: list[list[str]], keys: list[str]
+) -> tuple[list[str], list[list[str]], list[int], int]:
+    """Group lines by source: (hyps, references, first line of each group, disagreeing groups)."""
+    groups: dict[str, list[int]] = {}
+    for index, key in enumerate(keys):
+        groups.setdefault(key, []).append(index)
+    firsts = [members[0] for members in groups.values()]
+    merged = [
+        list(dict.fromkeys(a for i in members for a in alternatives[i]))
+        for members in groups.values()
+    ]
+    disagree = sum(1 for members in groups.values() if len({hyps[i] for i in members}) > 1)
+    return [hyps[i] for i in firsts], merged, [i + 1 for i in firsts], disagree
+
+
+def _tab_warning(column: Column, flag: str) -> list[str]:
+    if column.side is None and sum("\t" in line for line in column.lines) * 2 > len(column.lines):
+        return [f"most lines of {display(column.path)} contain a TAB: did you mean {flag} N?"]
+    return []
+
+
+def load_corpus(request: ScoreRequest) -> Loaded:
+    """Read the hypotheses and references into a `Corpus`."""
     if [request.hyp, *request.refs].count(STDIN) > 1:
         raise ConfigError("standard input ('-') can be read only once: use it for one file")
     if request.ref_sep == "":
         raise ConfigError("--ref-sep must not be empty")
-    hyps = read_column(request.hyp, request.hyp_col)
-    refs = [read_column(path, request.ref_col) for path in request.refs]
+    if request.merge_variants and request.ref_col is None:
+        raise ConfigError("--merge-variants reads the sources from a reference TSV: give --ref-col")
+    hyps = read_column(request.hyp, request.hyp_col, "--hyp-col", request.encoding)
+    refs = [
+        read_column(path, request.ref_col, "--ref-col", request.encoding) for path in request.refs
+    ]
     for ref in refs:
         if len(ref.lines) != len(hyps.lines):
             raise DataError(
@@ -116,19 +173,40 @@ def load_corpus(request: ScoreRequest) -> tuple[Corpus, list[Column]]:
             )
     if not hyps.lines:
         raise DataError("nothing to score: the files are empty", display(hyps.path))
+    warnings = _tab_warning(hyps, "--hyp-col") + [
+        w for r in refs for w in _tab_warning(r, "--ref-col")
+    ]
     per_file = [_alternatives(ref, request.ref_sep) for ref in refs]
-    if len(per_file) == 1:
-        alternatives = per_file[0]
-    else:
+    alternatives: list[Any] = per_file[0]
+    if len(per_file) > 1 or request.merge_variants:
         alternatives = [
             [a for alts in line for a in ([alts] if isinstance(alts, str) else alts)]
             for line in zip(*per_file)
         ]
+    hyp_lines, numbers = hyps.lines, list(range(1, len(hyps.lines) + 1))
+    if request.merge_variants or refs[0].side is not None:
+        keys = read_column(
+            request.refs[0], request.source_col, "--source-col", request.encoding
+        ).lines
+        if request.merge_variants:
+            hyp_lines, alternatives, numbers, disagree = _merge_variants(
+                hyp_lines, alternatives, keys
+            )
+            if disagree:
+                warnings.append(
+                    f"{plural(disagree, 'source')} with variants got different hypotheses on "
+                    "their lines: the first line's is scored"
+                )
+        elif len(set(keys)) < len(keys):
+            warnings.append(
+                f"{plural(len(keys) - len(set(keys)), 'line')} repeat a source with another "
+                "answer (variants): --merge-variants scores each source once against all of them"
+            )
     unit = request.unit
     sides = [ref.side for ref in refs if ref.side is not None]
     if unit == "auto" and sides:
         unit = tokens.CHAR if all(s.get("unit") == tokens.CHAR for s in sides) else tokens.SYMBOL
-    return Corpus(hyps.lines, alternatives, unit, parallel=True), refs
+    return Loaded(Corpus(hyp_lines, alternatives, unit, parallel=True), numbers, warnings)
 
 
 def make_metrics(request: ScoreRequest) -> list[Metric]:
@@ -140,23 +218,58 @@ def make_metrics(request: ScoreRequest) -> list[Metric]:
         raise ConfigError(
             f"options given for metric(s) not requested: {', '.join(sorted(unknown))}"
         )
+    if request.bootstrap < 0 or 0 < request.bootstrap < MIN_BOOTSTRAP:
+        raise ConfigError(
+            f"--bootstrap takes at least {MIN_BOOTSTRAP} resamples for a 95% interval "
+            f"(1000 is usual), not {request.bootstrap}"
+        )
     names = list(dict.fromkeys(request.metrics))  # each once, in the order given
-    if request.bootstrap < 0:
-        raise ConfigError(f"--bootstrap must be 0 or more, not {request.bootstrap}")
     return [get_metric(n, unit=request.unit, **request.metric_options.get(n, {})) for n in names]
 
 
-def score_request(request: ScoreRequest) -> tuple[dict[str, Any], Corpus, list[Metric]]:
+def check_outputs(request: ScoreRequest, outputs: Sequence[str | Path | None]) -> None:
+    """Refuse to write a report over an input file or over a file of a prepared dataset."""
+    inputs = {Path(p).resolve() for p in [request.hyp, *request.refs] if p != STDIN}
+    for output in outputs:
+        if output is None:
+            continue
+        path = Path(output)
+        if path.resolve() in inputs:
+            raise ConfigError(f"{path}: is an input of this command; write the report elsewhere")
+        if path.exists() and prepared_side(path, path.read_bytes(), 1) is not None:
+            raise ConfigError(f"{path}: is part of a prepared dataset; write the report elsewhere")
+
+
+def _unit_warning(corpus: Corpus) -> list[str]:
+    """Hypotheses of one symbol against references of several: probably characters."""
+    if corpus.unit != tokens.SYMBOL:
+        return []
+    edit = corpus.edit
+    spoken = [n for n in edit.hyp_len if n]
+    single = sum(1 for n in spoken if n == 1)
+    several = sum(1 for n in edit.ref_len if n > 1)
+    if spoken and single >= 0.9 * len(spoken) and several >= 0.5 * len(edit.ref_len):
+        return [
+            "the hypotheses are mostly one symbol per line and the references several: "
+            "if they are strings of characters, score with --unit char"
+        ]
+    return []
+
+
+def score_request(request: ScoreRequest) -> tuple[dict[str, Any], Loaded, list[Metric]]:
     """Score files as the request says.
 
     Returns:
-        The JSON report, the corpus and the metric objects (for `per_item_rows`).
+        The JSON report, what was loaded (for `per_item_rows`) and the metric objects.
     """
     metrics = make_metrics(request)
-    corpus, _ = load_corpus(request)
+    loaded = load_corpus(request)
+    corpus = loaded.corpus
     scores: dict[str, Score] = {
         m.name: m.score(corpus, bootstrap=request.bootstrap, seed=request.seed) for m in metrics
     }
+    if any(not isinstance(m, Bleu) for m in metrics):
+        loaded.warnings.extend(_unit_warning(corpus))
     report = {
         "schema": REPORT_SCHEMA,
         "hyp": request.hyp,
@@ -168,26 +281,30 @@ def score_request(request: ScoreRequest) -> tuple[dict[str, Any], Corpus, list[M
             "hyp_col": request.hyp_col,
             "ref_col": request.ref_col,
             "ref_sep": request.ref_sep,
+            "merge_variants": request.merge_variants,
             "metric_options": request.metric_options,
         },
         "scores": {name: s.to_dict() for name, s in scores.items()},
+        "warnings": loaded.warnings,
         "versions": versions(),
     }
-    return report, corpus, metrics
+    return report, loaded, metrics
 
 
 def _cell(text: str) -> str:
     return text.replace("\t", "\\t")
 
 
-def per_item_rows(corpus: Corpus, metrics: Sequence[Metric]) -> list[list[str]]:
+def per_item_rows(loaded: Loaded, metrics: Sequence[Metric]) -> list[list[str]]:
     """Per-line statistics for error analysis, header first.
 
     Columns: line, hypothesis, closest reference (as text), its index among the line's
     references, edits, hypothesis and reference lengths (in the unit), correct, the line's
     ED / |r|; with mfs: LCS, precision, recall and F of the reference mfs used; with bleu:
-    sacrebleu's sentence BLEU (effective order).
+    sacrebleu's sentence BLEU (effective order). With --merge-variants, `line` is the
+    first input line of the source.
     """
+    corpus = loaded.corpus
     edit = corpus.edit
     header = [
         "line",
@@ -201,7 +318,7 @@ def per_item_rows(corpus: Corpus, metrics: Sequence[Metric]) -> list[list[str]]:
         "edits_per_ref_len",
     ]
     columns: list[list[str]] = [
-        [str(i) for i in range(1, len(corpus) + 1)],
+        list(map(str, loaded.lines)),
         [_cell(h) for h in corpus.hyp_texts],
         [_cell(alts[b]) for alts, b in zip(corpus.ref_texts, edit.best)],
         list(map(str, edit.best)),
