@@ -7,21 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from transduce.data.prepare import MANIFEST
-from transduce.errors import DataError
 from transduce.io import sha256_bytes
 
 COLUMNS = ("source", "target", "features")  # the columns of a prepared split, 1-based
-
-
-def load_manifest(directory: str | Path) -> dict[str, Any]:
-    """Read `manifest.json` of a prepared directory."""
-    path = Path(directory) / MANIFEST
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError("not a prepared dataset directory (no manifest.json)", directory) from None
-    except (OSError, ValueError) as error:
-        raise DataError(f"unreadable manifest: {error}", path) from None
 
 
 def prepared_side(path: str | Path, data: bytes, column: int) -> dict[str, Any] | None:
