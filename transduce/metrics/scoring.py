@@ -148,7 +148,8 @@ def _merge_variants(
 
 
 def _tab_warning(column: Column, flag: str) -> list[str]:
-    if column.side is None and sum("\t" in line for line in column.lines) * 2 > len(column.lines):
+    sample = column.lines[:: max(1, len(column.lines) // 10_000)]  # evenly spaced, cheap
+    if column.side is None and sum("\t" in line for line in sample) * 2 > len(sample):
         return [f"most lines of {display(column.path)} contain a TAB: did you mean {flag} N?"]
     return []
 
@@ -245,10 +246,10 @@ def _unit_warning(corpus: Corpus) -> list[str]:
     if corpus.unit != tokens.SYMBOL:
         return []
     edit = corpus.edit
-    spoken = [n for n in edit.hyp_len if n]
-    single = sum(1 for n in spoken if n == 1)
-    several = sum(1 for n in edit.ref_len if n > 1)
-    if spoken and single >= 0.9 * len(spoken) and several >= 0.5 * len(edit.ref_len):
+    spoken = len(edit.hyp_len) - edit.hyp_len.count(0)  # count() runs in C
+    single = edit.hyp_len.count(1)
+    several = len(edit.ref_len) - edit.ref_len.count(1)  # references are never empty
+    if spoken and single >= 0.9 * spoken and several >= 0.5 * len(edit.ref_len):
         return [
             "the hypotheses are mostly one symbol per line and the references several: "
             "if they are strings of characters, score with --unit char"
