@@ -262,3 +262,16 @@ def test_score_metric_options_need_their_metric(run, g2p):
         run("score", hyp, ref, "-m", "wer", "--per-average", "word"), "--per-average", "per"
     )
     one_line_error(run("score", hyp, ref, "--bleu-option", "tokenize=none"), "--metric bleu")
+
+
+def test_usage_errors_before_the_command_are_one_line(run):
+    one_line_error(run("--nope"), "No such option: --nope", "see: transduce --help")
+
+
+def test_reports_never_replace_a_manifest(run, g2p, tmp_path: Path, data: Path):
+    hyp, ref = g2p
+    out = tmp_path / "p"
+    assert run("-q", "prepare", "cmudict", data / "cmudict-sample.dict", "-o", out).exit_code == 0
+    before = (out / "manifest.json").read_bytes()
+    one_line_error(run("score", hyp, ref, "--per-item", out / "manifest.json"), "prepared dataset")
+    assert (out / "manifest.json").read_bytes() == before

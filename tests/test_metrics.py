@@ -237,9 +237,11 @@ def test_parallel_edit_statistics_equal_the_serial_ones(monkeypatch):
     assert Corpus(hyps, refs, "symbol", parallel=True).edit == serial
 
 
-def test_tokenized_references_must_be_wrapped_as_alternatives():
+def test_strings_and_symbol_sequences_are_not_mixed():
     tokens = ["K", "AE", "T"]
     assert score("acc", [tokens], [[tokens]]) == 100.0
     assert score("acc", [tokens], [[tokens, ["K", "AA", "T"]]]) == 100.0
-    with pytest.raises(ConfigError, match="tokenized hypothesis, but the references are a flat"):
-        score("acc", [tokens], [tokens])
+    assert score("acc", ["K AE T"], [["K AA T", "K AE T"]]) == 100.0
+    for hyps, refs in (([tokens], [tokens]), ([tokens], [["K AE T"]]), (["K AE T"], [[tokens]])):
+        with pytest.raises(ConfigError, match="both as strings or both as symbol sequences"):
+            score("acc", hyps, refs)

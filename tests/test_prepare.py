@@ -176,8 +176,11 @@ def test_force_replaces_a_prepared_dataset_only(tmp_path: Path, data: Path):
     sample = {"train": [data / "cmudict-sample.dict"]}
     out = tmp_path / "out"
     prepare(PrepareRequest("cmudict", out, inputs=sample))
-    (out / "old.txt").write_text("old", encoding="utf-8")
-    prepare(PrepareRequest("cmudict", out, inputs=sample, force=True))
+    prepare(PrepareRequest("cmudict", out, inputs=sample, seed=2, force=True))
+    (out / "hyp.txt").write_text("the user's", encoding="utf-8")
+    with pytest.raises(ConfigError, match="would delete files that prepare did not write: hyp.txt"):
+        prepare(PrepareRequest("cmudict", out, inputs=sample, force=True))
+    (out / "hyp.txt").unlink()
     assert sorted(p.name for p in out.iterdir()) == [
         "dev.tsv",
         "manifest.json",

@@ -142,11 +142,15 @@ def test_merge_variants_scores_each_source_once(tmp_path: Path):
     )
     assert value(report, "acc") == 50.0 and loaded.lines == [1, 3]
     assert loaded.corpus.ref_texts[0] == ["R EH D", "R IY D"] and not report["warnings"]
+    assert report["notes"] == ["merged 3 lines into 2 sources"]
     odd = write(tmp_path / "odd", "R IY D\nR EH D\nK AA T\n")
     report, _, _ = score_request(ScoreRequest(odd, [ref], ["acc"], ref_col=2, merge_variants=True))
-    assert "1 source with variants got different hypotheses" in report["warnings"][0]
+    assert "1 source with variants got different hypotheses" in report["notes"][1]
+    assert report["input_lines"] == 3 and report["lines"] == 2
     with pytest.raises(ConfigError, match="--merge-variants reads the sources"):
         score_request(ScoreRequest(hyp, [ref], merge_variants=True))
+    with pytest.raises(ConfigError, match="--source-col goes with --merge-variants"):
+        score_request(ScoreRequest(hyp, [ref], ref_col=2, source_col=3))
 
 
 def test_a_prepared_split_with_variants_suggests_merging(tmp_path: Path, data: Path):
@@ -157,3 +161,23 @@ def test_a_prepared_split_with_variants_suggests_merging(tmp_path: Path, data: P
     hyp = write(tmp_path / "hyp", "\n".join(targets) + "\n")
     report, _, _ = score_request(ScoreRequest(hyp, [str(test)], ["wer"], ref_col=2))
     assert any("--merge-variants" in w for w in report["warnings"])
+
+
+def test_merge_variants_with_references_on_stdin(tmp_path: Path, monkeypatch):
+    import io
+    import sys
+
+    ref = "r e a d\tR EH D\nr e a d\tR IY D\nc a t\tK AE T\n"
+    hyp = write(tmp_path / "hyp", "R IY D\nR IY D\nK AE T\n")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(ref.encode())))
+    report, _, _ = score_request(ScoreRequest(hyp, ["-"], ["acc"], ref_col=2, merge_variants=True))
+    assert value(report, "acc") == 100.0 and report["lines"] == 2
+
+
+def test_tab_as_reference_separator_is_not_a_misread(tmp_path: Path):
+    hyp = write(tmp_path / "hyp", "a\nb\n")
+    ref = write(tmp_path / "ref", "a\tx\ny\tb\n")
+    report, _, _ = score_request(ScoreRequest(hyp, [ref], ["acc"], ref_sep="\t"))
+    assert value(report, "acc") == 100.0 and not report["warnings"]
+    report, _, _ = score_request(ScoreRequest(hyp, [ref], ["acc"]))
+    assert "did you mean --ref-col N?" in report["warnings"][0]

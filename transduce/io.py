@@ -89,7 +89,7 @@ def decode_lines(
                 f"invalid {encoding} (byte {data[error.start : error.start + 1]!r})",
                 path,
                 number,
-                raw.decode(encoding, errors="backslashreplace"),
+                raw.decode(encoding, errors="replace"),
             ) from None
     # Slow path: decode line by line so the good lines survive.
     lines: list[str | None] = []
@@ -104,7 +104,7 @@ def decode_lines(
             text = raw.decode(encoding)
         except UnicodeDecodeError:
             lines.append(None)
-            value = raw.decode(encoding, errors="backslashreplace")
+            value = raw.decode(encoding, errors="replace")
             bad.append(BadLine(number, f"invalid {encoding}", value))
             continue
         lines.append(text)
@@ -129,9 +129,14 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     """Write `text` (UTF-8) to `path` through a temporary file and a rename.
 
     A reader never sees a half-written file, and an existing file is only replaced once
-    the new one is complete.
+    the new one is complete. A path that exists and is not a regular file (/dev/stdout, a
+    named pipe) is written into directly.
     """
     path = Path(path)
+    if path.exists() and not path.is_file():  # /dev/stdout, a FIFO: write into it, no rename
+        with open(path, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

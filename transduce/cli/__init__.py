@@ -21,12 +21,30 @@ from transduce.errors import TransduceError
 EXIT_USER_ERROR = 2
 
 
+def _usage_error(error: Exception) -> typer.Exit:
+    """Print a usage error (a bad option value, a missing argument) as one line."""
+    message = error.format_message()  # type: ignore[attr-defined]
+    ctx = getattr(error, "ctx", None)
+    command = ctx.command_path if ctx is not None else "transduce"
+    ui.error(f"{message.removeprefix('Value error, ')} (see: {command} --help)")
+    return typer.Exit(getattr(error, "exit_code", EXIT_USER_ERROR))
+
+
+def _is_usage_error(error: Exception) -> bool:
+    return isinstance(error, typer.TyperException) and hasattr(error, "format_message")
+
+
 class _Group(TyperGroup):
     """Turns a user's mistake into one red line and exit code 2, for every command."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         ui.set_verbosity(ui.NORMAL)  # each invocation starts afresh (tests run many)
-        return super().make_context(*args, **kwargs)
+        try:
+            return super().make_context(*args, **kwargs)
+        except typer.TyperException as error:  # options before the command: transduce --nope
+            if not _is_usage_error(error):
+                raise
+            raise _usage_error(error) from None
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -38,12 +56,9 @@ class _Group(TyperGroup):
                 raise  # a closed pipe is handled quietly by Typer; others are bugs
             ui.error(f"{error.filename}: {error.strerror}")
         except typer.TyperException as error:  # a usage error of a command (bad value, ...)
-            message = getattr(error, "format_message", None)
-            if message is None:
+            if not _is_usage_error(error):
                 raise
-            command = error.ctx.command_path if getattr(error, "ctx", None) else "transduce"
-            ui.error(f"{message().removeprefix('Value error, ')} (see: {command} --help)")
-            raise typer.Exit(getattr(error, "exit_code", EXIT_USER_ERROR)) from None
+            raise _usage_error(error) from None
         raise typer.Exit(EXIT_USER_ERROR)
 
 

@@ -147,6 +147,8 @@ def score_command(
         typer.echo(to_json(result), nl=False)
     for warning in result["warnings"]:
         ui.warn(warning)
+    for note in result["notes"]:
+        ui.detail(note)
     _table(result)
 
 

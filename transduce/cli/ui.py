@@ -48,4 +48,5 @@ def warn(message: str) -> None:
 
 def error(message: str) -> None:
     """The one-line red error of a user's mistake (always shown)."""
-    stderr.print(f"[bold red]error:[/bold red] [red]{escape(message)}[/red]")
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    stderr.print(f"[bold red]error:[/bold red] [red]{escape(line)}[/red]")

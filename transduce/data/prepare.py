@@ -71,7 +71,8 @@ def _check_output(out: Path, force: bool, inputs: dict[str, list[Path]]) -> None
     """Refuse an output directory whose replacement would destroy something else.
 
     `--force` replaces an empty directory or a prepared dataset (one with a transduce
-    manifest); never another directory, one holding an input, or the working directory.
+    manifest, holding only what prepare wrote); never another directory, one holding an
+    input or something the user added, or the working directory.
     """
     target = out.resolve()
     for paths in inputs.values():
@@ -82,13 +83,24 @@ def _check_output(out: Path, force: bool, inputs: dict[str, list[Path]]) -> None
         raise ConfigError(f"{out}: the output directory contains the working directory")
     if force and target.is_dir() and any(target.iterdir()):
         try:
-            schema = json.loads((target / MANIFEST).read_text(encoding="utf-8")).get("schema")
-        except (OSError, ValueError, AttributeError):
-            schema = None
-        if schema != MANIFEST_SCHEMA:
+            manifest = json.loads((target / MANIFEST).read_text(encoding="utf-8"))
+            ours = (
+                set(manifest["outputs"]) | {MANIFEST}
+                if manifest["schema"] == MANIFEST_SCHEMA
+                else None
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            ours = None
+        if ours is None:
             raise ConfigError(
                 f"{out}: --force replaces only a prepared dataset directory, and this one has "
                 "no transduce manifest.json; choose another --out"
+            )
+        others = sorted(p.name for p in target.iterdir() if p.name not in ours)
+        if others:
+            raise ConfigError(
+                f"{out}: --force would delete files that prepare did not write: "
+                f"{', '.join(others[:5])}; move them or choose another --out"
             )
 
 

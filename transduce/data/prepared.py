@@ -31,3 +31,15 @@ def prepared_side(path: str | Path, data: bytes, column: int) -> dict[str, Any] 
     if entry.get("sha256") != sha256_bytes(data):
         return None
     return side
+
+
+def is_prepared_file(path: str | Path) -> bool:
+    """Whether `path` is the manifest of a prepared directory or a file it lists."""
+    path = Path(path)
+    manifest_path = path.parent / MANIFEST
+    if path.name == MANIFEST:
+        return path.is_file()
+    try:
+        return path.name in json.loads(manifest_path.read_text(encoding="utf-8"))["outputs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False

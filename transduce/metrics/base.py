@@ -167,6 +167,18 @@ class Metric(ABC):
         return self.score(Corpus(hyps, refs, self.unit), **kwargs)
 
 
+MIN_BOOTSTRAP = 100
+
+
+def check_bootstrap(samples: int) -> None:
+    """Refuse fewer resamples than a percentile interval needs (1000 is usual)."""
+    if samples < MIN_BOOTSTRAP:
+        raise ConfigError(
+            f"--bootstrap takes at least {MIN_BOOTSTRAP} resamples for a 95% interval "
+            f"(1000 is usual), not {samples}"
+        )
+
+
 def bootstrap_interval(
     metric: Metric, corpus: Corpus, samples: int, seed: int, confidence: float
 ) -> tuple[float, float]:
@@ -178,6 +190,7 @@ def bootstrap_interval(
     """
     import torch  # only here: plain scoring does not pay torch's import time
 
+    check_bootstrap(samples)
     if not 0 < confidence < 1:
         raise ConfigError(f"confidence must be between 0 and 1, not {confidence}")
     if not 0 <= seed < 2**63:

@@ -45,7 +45,8 @@ class Bleu(Metric):
     def _metric(self, **override: Any) -> BLEU:
         try:
             return BLEU(**{**self.values, **override})
-        except (RuntimeError, ImportError, ValueError) as error:  # e.g. a tokenizer's extra
+        except (RuntimeError, ImportError, ValueError, OSError) as error:
+            # a tokenizer whose extra is not installed, or that downloads a model (flores)
             raise ConfigError(f"metric bleu: {error}") from None
 
     @staticmethod

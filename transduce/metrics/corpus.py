@@ -139,6 +139,11 @@ def _all_str(items: Sequence[object]) -> bool:
     return set(map(type, items)) <= {str}  # C-level, unlike a loop of isinstance
 
 
+def _all_text(alternatives: list[list[Any]] | None, single: bool) -> bool:
+    """Whether every reference is a string (rather than a sequence of symbols)."""
+    return single or all(_all_str(alts) for alts in alternatives or ())
+
+
 class Corpus:
     """Hypotheses and references of one scoring run, tokenized once.
 
@@ -146,10 +151,9 @@ class Corpus:
         hyps: One hypothesis per line: a string (cut into symbols by `unit`) or a sequence
             of symbols.
         refs: One entry per line: a string (one reference) or a list of alternative
-            references, each a string or a sequence of symbols. A tokenized reference is
-            therefore wrapped in a list of alternatives: `[["K", "AE", "T"]]`, not
-            `["K", "AE", "T"]` (which would be three one-symbol alternatives); with
-            tokenized hypotheses, a flat list of strings is refused as ambiguous.
+            references. Hypotheses and references are both strings, or both symbol
+            sequences: with strings, a line's entry is "K AE T" or ["K AE T", "K AA T"];
+            with symbols, [["K", "AE", "T"]] or [["K", "AE", "T"], ["K", "AA", "T"]].
         unit: How strings are cut: "symbol" (whitespace-separated tokens), "char"
             (characters, whitespace ignored) or "auto" (symbol when more than half of the
             reference strings contain whitespace between symbols, else char; decided on
@@ -160,7 +164,7 @@ class Corpus:
 
     Raises:
         DataError: different numbers of lines, no lines, or an empty reference.
-        ConfigError: an unknown unit, or references whose shape is ambiguous.
+        ConfigError: an unknown unit, or strings mixed with symbol sequences.
     """
 
     AUTO_SAMPLE = 10_000
@@ -186,14 +190,11 @@ class Corpus:
         self._alternatives = (
             None if self._single else [[r] if isinstance(r, str) else list(r) for r in refs]
         )
-        if not self._single and not _all_str(hyps):
-            for number, (hyp, alts) in enumerate(zip(hyps, self._alternatives), 1):
-                if not isinstance(hyp, str) and alts and all(isinstance(a, str) for a in alts):
-                    raise ConfigError(
-                        f"line {number}: tokenized hypothesis, but the references are a flat "
-                        f"list of strings {alts[:3]!r}...: give a tokenized reference as a "
-                        "list of alternatives, [['K', 'AE', 'T']]"
-                    )
+        if _all_str(hyps) != _all_text(self._alternatives, self._single):
+            raise ConfigError(
+                "give hypotheses and references both as strings or both as symbol sequences "
+                "(a line's tokenized references: [['K', 'AE', 'T'], ['K', 'AA', 'T']])"
+            )
         if unit == "auto":
             step = max(1, len(refs) // self.AUTO_SAMPLE)
             sample = (

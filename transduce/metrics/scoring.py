@@ -21,18 +21,17 @@ from typing import Any
 
 from transduce import defaults
 from transduce.data import tokens
-from transduce.data.prepared import prepared_side
+from transduce.data.prepared import is_prepared_file, prepared_side
 from transduce.errors import ConfigError, DataError, plural
 from transduce.io import STDIN, decode_lines, display, read_bytes
 from transduce.metrics import get_metric
-from transduce.metrics.base import Metric, Score
+from transduce.metrics.base import Metric, Score, check_bootstrap
 from transduce.metrics.bleu import Bleu
 from transduce.metrics.corpus import Corpus
 from transduce.metrics.edit import MeanFScore
 from transduce.reporting import versions
 
 REPORT_SCHEMA = "transduce.score/1"
-MIN_BOOTSTRAP = 100
 
 
 @dataclass
@@ -72,25 +71,46 @@ class Column:
 
 @dataclass
 class Loaded:
-    """What `load_corpus` read: the corpus, the input line of each item, and warnings."""
+    """What `load_corpus` read.
+
+    Attributes:
+        corpus: The scoring items.
+        lines: The input line of each item (its first line with --merge-variants).
+        input_lines: The number of input lines.
+        warnings: Signs that an input may be misread (shown on stderr and in the report).
+        notes: Details for --verbose and the report.
+    """
 
     corpus: Corpus
     lines: list[int]
+    input_lines: int
     warnings: list[str]
+    notes: list[str]
+
+
+Files = dict[str, tuple[bytes, list[str]]]  # path -> (bytes, lines): each file is read once
 
 
 def read_column(
-    path: str, column: int | None, flag: str = "--ref-col", encoding: str = defaults.ENCODING
+    path: str,
+    column: int | None,
+    flag: str = "--ref-col",
+    encoding: str = defaults.ENCODING,
+    files: Files | None = None,
 ) -> Column:
     """Read the lines of `path`, or the 1-based `column` of its tab-separated lines.
 
     A column of a prepared split comes back as the target's own text (see the module doc);
     a prepared split read without a column is an error (its lines are source<TAB>target).
+    `files` keeps what was read, so that a file (standard input too) is read only once.
     """
     if column is not None and column < 1:
         raise ConfigError(f"{flag}: columns are 1-based, {column} is not a column")
-    data = read_bytes(path)
-    lines: list[str] = decode_lines(data, display(path), encoding)[0]  # type: ignore[assignment]
+    files = {} if files is None else files
+    if path not in files:
+        data = read_bytes(path)
+        files[path] = data, decode_lines(data, display(path), encoding)[0]  # type: ignore[assignment]
+    data, lines = files[path]
     if column is None:
         if prepared_side(path, data, 2) is not None:
             raise DataError(
@@ -147,9 +167,11 @@ def _merge_variants(
     return [hyps[i] for i in firsts], merged, [i + 1 for i in firsts], disagree
 
 
-def _tab_warning(column: Column, flag: str) -> list[str]:
+def _tab_warning(column: Column, flag: str, separator: str | None = None) -> list[str]:
+    if column.side is not None or (separator and "\t" in separator):
+        return []
     sample = column.lines[:: max(1, len(column.lines) // 10_000)]  # evenly spaced, cheap
-    if column.side is None and sum("\t" in line for line in sample) * 2 > len(sample):
+    if sum("\t" in line for line in sample) * 2 > len(sample):
         return [f"most lines of {display(column.path)} contain a TAB: did you mean {flag} N?"]
     return []
 
@@ -162,9 +184,13 @@ def load_corpus(request: ScoreRequest) -> Loaded:
         raise ConfigError("--ref-sep must not be empty")
     if request.merge_variants and request.ref_col is None:
         raise ConfigError("--merge-variants reads the sources from a reference TSV: give --ref-col")
-    hyps = read_column(request.hyp, request.hyp_col, "--hyp-col", request.encoding)
+    if request.source_col != 1 and not request.merge_variants:
+        raise ConfigError("--source-col goes with --merge-variants")
+    files: Files = {}
+    hyps = read_column(request.hyp, request.hyp_col, "--hyp-col", request.encoding, files)
     refs = [
-        read_column(path, request.ref_col, "--ref-col", request.encoding) for path in request.refs
+        read_column(path, request.ref_col, "--ref-col", request.encoding, files)
+        for path in request.refs
     ]
     for ref in refs:
         if len(ref.lines) != len(hyps.lines):
@@ -175,8 +201,9 @@ def load_corpus(request: ScoreRequest) -> Loaded:
     if not hyps.lines:
         raise DataError("nothing to score: the files are empty", display(hyps.path))
     warnings = _tab_warning(hyps, "--hyp-col") + [
-        w for r in refs for w in _tab_warning(r, "--ref-col")
+        w for r in refs for w in _tab_warning(r, "--ref-col", request.ref_sep)
     ]
+    notes: list[str] = []
     per_file = [_alternatives(ref, request.ref_sep) for ref in refs]
     alternatives: list[Any] = per_file[0]
     if len(per_file) > 1 or request.merge_variants:
@@ -187,14 +214,15 @@ def load_corpus(request: ScoreRequest) -> Loaded:
     hyp_lines, numbers = hyps.lines, list(range(1, len(hyps.lines) + 1))
     if request.merge_variants or refs[0].side is not None:
         keys = read_column(
-            request.refs[0], request.source_col, "--source-col", request.encoding
+            request.refs[0], request.source_col, "--source-col", request.encoding, files
         ).lines
         if request.merge_variants:
             hyp_lines, alternatives, numbers, disagree = _merge_variants(
                 hyp_lines, alternatives, keys
             )
+            notes.append(f"merged {len(keys)} lines into {len(numbers)} sources")
             if disagree:
-                warnings.append(
+                notes.append(
                     f"{plural(disagree, 'source')} with variants got different hypotheses on "
                     "their lines: the first line's is scored"
                 )
@@ -207,7 +235,8 @@ def load_corpus(request: ScoreRequest) -> Loaded:
     sides = [ref.side for ref in refs if ref.side is not None]
     if unit == "auto" and sides:
         unit = tokens.CHAR if all(s.get("unit") == tokens.CHAR for s in sides) else tokens.SYMBOL
-    return Loaded(Corpus(hyp_lines, alternatives, unit, parallel=True), numbers, warnings)
+    corpus = Corpus(hyp_lines, alternatives, unit, parallel=True)
+    return Loaded(corpus, numbers, len(hyps.lines), warnings, notes)
 
 
 def make_metrics(request: ScoreRequest) -> list[Metric]:
@@ -219,11 +248,8 @@ def make_metrics(request: ScoreRequest) -> list[Metric]:
         raise ConfigError(
             f"options given for metric(s) not requested: {', '.join(sorted(unknown))}"
         )
-    if request.bootstrap < 0 or 0 < request.bootstrap < MIN_BOOTSTRAP:
-        raise ConfigError(
-            f"--bootstrap takes at least {MIN_BOOTSTRAP} resamples for a 95% interval "
-            f"(1000 is usual), not {request.bootstrap}"
-        )
+    if request.bootstrap:
+        check_bootstrap(request.bootstrap)
     names = list(dict.fromkeys(request.metrics))  # each once, in the order given
     return [get_metric(n, unit=request.unit, **request.metric_options.get(n, {})) for n in names]
 
@@ -237,7 +263,7 @@ def check_outputs(request: ScoreRequest, outputs: Sequence[str | Path | None]) -
         path = Path(output)
         if path.resolve() in inputs:
             raise ConfigError(f"{path}: is an input of this command; write the report elsewhere")
-        if path.exists() and prepared_side(path, path.read_bytes(), 1) is not None:
+        if is_prepared_file(path):
             raise ConfigError(f"{path}: is part of a prepared dataset; write the report elsewhere")
 
 
@@ -276,6 +302,7 @@ def score_request(request: ScoreRequest) -> tuple[dict[str, Any], Loaded, list[M
         "hyp": request.hyp,
         "refs": request.refs,
         "lines": len(corpus),
+        "input_lines": loaded.input_lines,
         "unit": corpus.unit,
         "nrefs": corpus.nrefs,
         "options": {
@@ -287,6 +314,7 @@ def score_request(request: ScoreRequest) -> tuple[dict[str, Any], Loaded, list[M
         },
         "scores": {name: s.to_dict() for name, s in scores.items()},
         "warnings": loaded.warnings,
+        "notes": loaded.notes,
         "versions": versions(),
     }
     return report, loaded, metrics

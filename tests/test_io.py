@@ -1,0 +1,40 @@
+"""Atomic writes and line decoding."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from transduce.errors import DataError
+from transduce.io import atomic_write_text, decode_lines
+
+
+def test_atomic_write_replaces_a_regular_file(tmp_path: Path):
+    path = tmp_path / "report.json"
+    path.write_text("old", encoding="utf-8")
+    atomic_write_text(path, "new\n")
+    assert path.read_text(encoding="utf-8") == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+def test_atomic_write_into_a_pipe_keeps_the_pipe(tmp_path: Path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[str] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text(encoding="utf-8")))
+    reader.start()
+    atomic_write_text(fifo, "through the pipe\n")
+    reader.join(timeout=10)
+    assert received == ["through the pipe\n"]
+    assert fifo.is_fifo()
+
+
+def test_invalid_bytes_after_a_byte_order_mark_are_located():
+    data = b"\xef\xbb\xbfabc\tx\nab\xffc\ty\n"
+    with pytest.raises(DataError, match=r"f:2: invalid utf-8 \(byte b'\\xff'\)"):
+        decode_lines(data, "f")
+    lines, bad = decode_lines(data, "f", keep_bad=True)
+    assert lines == ["abc\tx", None] and bad[0].line == 2
