@@ -192,7 +192,10 @@ def _table(result: dict[str, Any]) -> None:
         return
     scores = result["scores"]
     with_ci = any("ci" in s for s in scores.values())
-    title = f"{result['lines']} lines, unit {result['unit']}, references per line {result['nrefs']}"
+    lines = f"{result['lines']} lines"
+    if result["input_lines"] != result["lines"]:
+        lines = f"{result['lines']} sources from {result['input_lines']} lines"
+    title = f"{lines}, unit {result['unit']}, references per line {result['nrefs']}"
     table = Table(title=title, title_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")
