@@ -117,39 +117,28 @@ def test_missing_dev_is_carved_from_train_only(tmp_path: Path, data: Path):
     assert manifest["lines"]["test"] == 3
 
 
-def test_parallel_with_subword_nmt(tmp_path: Path, data: Path):
-    pytest.importorskip("subword_nmt")
+@pytest.mark.parametrize(
+    ("library", "module", "model", "marker"),
+    [
+        ("subword-nmt", "subword_nmt", "bpe.codes", "@@"),
+        ("sentencepiece", "sentencepiece", "bpe.model", "\u2581"),
+    ],
+)
+def test_parallel_with_subwords(tmp_path: Path, data: Path, library, module, model, marker):
+    pytest.importorskip(module)
     manifest = prepare(
         PrepareRequest(
             "parallel",
             tmp_path / "out",
             inputs={"train": [data / "gsw_sample.txt", data / "de_sample.txt"]},
-            options={"subwords": "subword-nmt", "bpe_merges": 20},
+            options={"subwords": library, "bpe_merges": 20},
             dev_ratio=0.15,
             test_ratio=0.15,
         )
     )
-    assert (tmp_path / "out" / "bpe.codes").is_file()
-    assert manifest["sides"]["target"]["library"] == "subword-nmt"
-    assert "bpe.codes" in manifest["outputs"]
-    rows = read_split(tmp_path / "out", "train")
-    assert any("@@" in row[0] for row in rows)
-
-
-def test_parallel_with_sentencepiece(tmp_path: Path, data: Path):
-    pytest.importorskip("sentencepiece")
-    prepare(
-        PrepareRequest(
-            "parallel",
-            tmp_path / "out",
-            inputs={"train": [data / "gsw_sample.txt", data / "de_sample.txt"]},
-            options={"subwords": "sentencepiece", "bpe_merges": 10},
-            dev_ratio=0.15,
-            test_ratio=0.15,
-        )
-    )
-    assert (tmp_path / "out" / "bpe.model").is_file()
-    assert any("\u2581" in row[0] for row in read_split(tmp_path / "out", "train"))
+    assert (tmp_path / "out" / model).is_file() and model in manifest["outputs"]
+    assert manifest["sides"]["target"]["library"] == library
+    assert any(marker in row[0] for row in read_split(tmp_path / "out", "train"))
 
 
 def test_failure_leaves_no_directory_and_keeps_an_existing_one(tmp_path: Path, data: Path):
