@@ -641,6 +641,10 @@ class Parallel(Format):
     Options = ParallelOptions
     LIBRARIES: ClassVar[tuple[str, ...]] = ("none", tokens.SUBWORD_NMT, tokens.SENTENCEPIECE)
 
+    def __init__(self, **options: Any) -> None:
+        self._models: dict[str, str] = {}  # side -> model file, once BPE is learned
+        super().__init__(**options)
+
     def validate(self) -> None:
         o = self.options
         if o.subwords not in self.LIBRARIES:
@@ -653,7 +657,6 @@ class Parallel(Format):
             from transduce.data import subwords
 
             subwords.check_available(o.subwords)
-        self._models: dict[str, str] = {}
 
     def read(self, files: Sequence[InputFile], ctx: ReadContext) -> list[Example]:
         source_file, target_file = files
