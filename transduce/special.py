@@ -4,7 +4,7 @@ Prepared datasets write every side as symbols separated by single spaces, so a s
 never contain whitespace. Where the data has whitespace *inside a unit* (a space in a
 multiword inflected form such as "Aa gemacht", a non-breaking space, a Vietnamese word
 "chủ tịch"), each whitespace character is written as an escape: U+0020 becomes the
-reserved symbol `<space>`, any other whitespace character `<U+XXXX>` (its code point).
+reserved symbol `<space>`, any other whitespace character `<U+hhhh>` (its code point).
 `unescape` turns escapes back into the characters, so no information is lost.
 """
 
