@@ -1,0 +1,124 @@
+"""Decoding throughput (words/s) on the CMUdict test split, greedy and beam 5, batch 256.
+
+Decodes with checkpoints given by `--lstm` and `--transformer` (run directories or .pt
+files). Without them it first trains each model briefly (`--train-updates`, bf16 batch 128
+for the LSTM) so that outputs have realistic lengths: an untrained model runs every
+hypothesis to its length limit. The shapes are those of ../shared/BENCHMARKS.md (LSTM:
+embeddings 200, encoder 2 x 400, decoder 400; transformer: 4 + 4 layers, d 256, 4 heads,
+ff 1024). Words are the test split's distinct words (12,605 for the embedded CMUdict).
+Prints one JSON line with the median of `--repeats` timings, 2 threads.
+
+    python benchmarks/decode_throughput.py [--lstm RUN] [--transformer RUN] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+PEER = {("lstm", 1): 441, ("lstm", 5): 80, ("transformer", 1): 173, ("transformer", 5): 52}
+
+
+def train_briefly(family: str, prepared: str, updates: int) -> str:
+    from transduce import config as configuration
+    from transduce.training import Trainer
+
+    model = (
+        {
+            "name": "lstm",
+            "embedding_dim": 200,
+            "encoder_layers": 2,
+            "encoder_size": 400,
+            "decoder_size": 400,
+        }
+        if family == "lstm"
+        else {
+            "name": "transformer",
+            "encoder_layers": 4,
+            "decoder_layers": 4,
+            "d_model": 256,
+            "heads": 4,
+            "feedforward": 1024,
+        }
+    )
+    train = {
+        "batch_size": 128,
+        "max_updates": updates,
+        "bf16": True,
+        "threads": 2,
+        "select_on": "wer",
+    }
+    if family == "transformer":
+        train.update(batch_size=400, bf16=False, schedule={"type": "inverse_sqrt", "warmup": 200})
+    run = Path(tempfile.mkdtemp()) / family
+    Trainer(
+        configuration.parse({"data": {"prepared": prepared}, "model": model, "train": train}), run
+    ).run()
+    return str(run)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lstm")
+    parser.add_argument("--transformer")
+    parser.add_argument(
+        "--prepared", help="a prepared CMUdict directory (default: prepare the embedded one)"
+    )
+    parser.add_argument("--train-updates", type=int, default=400)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    import torch
+
+    from transduce import checkpoint
+    from transduce.data.dataset import eval_set, load_prepared
+    from transduce.data.prepare import PrepareRequest, prepare
+    from transduce.decoding import decode_all
+    from transduce.inference import Transducer
+
+    torch.set_num_threads(2)
+    prepared = args.prepared
+    if prepared is None and not (args.lstm and args.transformer):
+        prepared = str(Path(tempfile.mkdtemp()) / "cmudict")
+        prepare(PrepareRequest("cmudict", Path(prepared)))
+    runs = {
+        "lstm": args.lstm or train_briefly("lstm", prepared, args.train_updates),
+        "transformer": args.transformer
+        or train_briefly("transformer", prepared, args.train_updates),
+    }
+    results = {}
+    for family, run in runs.items():
+        payload = checkpoint.load(run)
+        transducer = Transducer.from_checkpoint(payload)
+        data = load_prepared(
+            prepared or payload["config"]["data"]["prepared"] or Path(run) / "data"
+        )
+        words = eval_set(data.splits["test"]).sources
+        ids = [transducer.source_vocab.encode(w) for w in words]
+        for beam in (1, 5):
+            times = []
+            for _ in range(args.repeats):
+                start = time.perf_counter()
+                decode_all(transducer.model, ids, "cpu", 256, beam)
+                times.append(time.perf_counter() - start)
+            rate = len(words) / statistics.median(times)
+            peer = PEER[(family, beam)]
+            results[f"{family}_beam{beam}"] = {
+                "words_per_s": round(rate, 1),
+                "peer_words_per_s": peer,
+                "ours_over_peer": round(rate / peer, 2),
+                "target_words_per_s": 3 * peer,
+                "meets_target": rate >= 3 * peer,
+                "seconds_runs": [round(t, 2) for t in times],
+            }
+    header = {"benchmark": "decode_throughput", "words": len(words), "batch": 256, "threads": 2}
+    print(json.dumps({**header, "cpus": os.cpu_count(), "results": results}))
+
+
+if __name__ == "__main__":
+    main()

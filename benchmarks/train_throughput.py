@@ -1,0 +1,263 @@
+"""Training throughput on CMUdict: our trainer against a plain PyTorch loop of the same shapes.
+
+Configurations (../shared/BENCHMARKS.md): the attentive LSTM (embeddings 200, 2-layer
+bidirectional encoder of 400, decoder 400, no input feeding) at batch 20 and 256, and the
+transformer (4 + 4 layers, d 256, 4 heads, ff 1024) at batch 400; 2 threads.
+
+* ours: `Trainer.update` (the trainer's own update: length-bucketed batches, fused Adam,
+  bf16 autocast where the row says so) on the embedded CMUdict's training split;
+* ceiling: a plain loop (forward, backward, Adam) on random batches padded to their
+  longest member, the decoder over the whole target in one call and the attention in one
+  bmm (LSTM), or `nn.Transformer` with pre-norm; no dropout (it costs time, so the
+  ceiling stays an upper bound; ours trains with dropout 0.4 and 0.3).
+
+Each row runs in its own process (so its peak RSS is its own) `--repeats` times and reports
+the median examples/s. Prints one JSON line.
+
+    python benchmarks/train_throughput.py [--repeats 3] [--rows lstm_b20,lstm_b256,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROWS = {
+    # name: (model, batch, updates, bf16)
+    "lstm_b20": ("lstm", 20, 120, False),
+    "lstm_b256": ("lstm", 256, 16, False),
+    "lstm_b256_bf16": ("lstm", 256, 16, True),
+    "transformer_b400": ("transformer", 400, 10, False),
+}
+PEER = {"lstm_b20": 58, "lstm_b256": 114, "lstm_b256_bf16": 114, "transformer_b400": 126}
+TARGET_FACTOR = {"lstm": 3.0, "transformer": 2.0}
+WARMUP = 3
+
+
+def lstm_config():
+    from transduce.models.lstm import LSTMConfig
+
+    return LSTMConfig(
+        embedding_dim=200,
+        encoder_layers=2,
+        encoder_size=400,
+        decoder_layers=1,
+        decoder_size=400,
+        dropout=0.4,
+    )
+
+
+def transformer_config():
+    from transduce.models.transformer import TransformerConfig
+
+    return TransformerConfig(
+        encoder_layers=4, decoder_layers=4, d_model=256, heads=4, feedforward=1024, dropout=0.3
+    )
+
+
+def ours(prepared: str, row: str) -> float:
+    import torch
+
+    from transduce import config as configuration
+    from transduce.training import Schedule, Trainer, _adam
+
+    family, batch_size, updates, bf16 = ROWS[row]
+    data = {
+        "data": {"prepared": prepared},
+        "model": {
+            "name": family,
+            **configuration.to_dict(lstm_config() if family == "lstm" else transformer_config()),
+        },
+        "train": {"batch_size": batch_size, "bf16": bf16, "threads": 2},
+    }
+    trainer = Trainer(configuration.parse(data), Path(tempfile.mkdtemp()))
+    torch.set_num_threads(2)
+    loaded = trainer.load_data()
+    torch.manual_seed(1)
+    model = trainer._model(loaded)
+    optimizer = _adam(model, trainer.config.train.optimizer)
+    schedule = Schedule(trainer.config.train.schedule, optimizer, 1e-3)
+    batches = trainer._batches(loaded, 0)
+    model.train()
+    for number, indices in enumerate(batches[:WARMUP], 1):
+        trainer.update(model, optimizer, schedule, loaded, indices, number)
+    start, examples = time.perf_counter(), 0
+    for number, indices in enumerate(batches[WARMUP : WARMUP + updates], WARMUP + 1):
+        trainer.update(model, optimizer, schedule, loaded, indices, number)
+        examples += len(indices)
+    return examples / (time.perf_counter() - start)
+
+
+def ceiling(prepared: str, row: str) -> float:
+    import torch
+    from torch import nn
+
+    from transduce.data.batching import collate
+    from transduce.data.dataset import build_vocabs, load_prepared
+
+    family, batch_size, updates, _ = ROWS[row]
+    torch.set_num_threads(2)
+    torch.manual_seed(1)
+    splits = load_prepared(prepared)
+    pairs = [p for p in splits.splits["train"] if p.target]
+    source_vocab, target_vocab = build_vocabs(pairs)
+    data = [(source_vocab.encode(p.source), target_vocab.encode(p.target)) for p in pairs]
+    rng = random.Random(1)
+    rng.shuffle(data)
+    V_s, V_t = len(source_vocab), len(target_vocab)
+    if family == "lstm":
+
+        class Plain(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.src, self.tgt = nn.Embedding(V_s, 200), nn.Embedding(V_t, 200)
+                self.encoder = nn.LSTM(200, 400, num_layers=2, bidirectional=True, batch_first=True)
+                self.decoder = nn.LSTM(200, 400, batch_first=True)
+                self.attention = nn.Linear(800, 400, bias=False)
+                self.combine = nn.Linear(1200, 1200)
+                self.out = nn.Linear(1200, V_t)
+
+            def forward(self, batch):
+                memory, _ = self.encoder(self.src(batch.source))  # B x S x 800
+                states, _ = self.decoder(self.tgt(batch.target_in))  # B x T x 400
+                scores = torch.bmm(states, self.attention(memory).transpose(1, 2))  # B x T x S
+                alpha = torch.softmax(
+                    scores.masked_fill(~batch.source_mask[:, None, :], float("-inf")), -1
+                )
+                combined = torch.tanh(
+                    self.combine(torch.cat([states, torch.bmm(alpha, memory)], -1))
+                )
+                return torch.log_softmax(self.out(combined), -1)
+
+        model = Plain()
+    else:
+
+        class Plain(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.src, self.tgt = nn.Embedding(V_s, 256), nn.Embedding(V_t, 256)
+                self.net = nn.Transformer(
+                    256, 4, 4, 4, 1024, 0.0, batch_first=True, norm_first=True
+                )
+                self.out = nn.Linear(256, V_t)
+
+            def forward(self, batch):
+                T = batch.target_in.shape[1]
+                causal = nn.Transformer.generate_square_subsequent_mask(T)
+                pad = ~batch.source_mask
+                h = self.net(
+                    self.src(batch.source) * 16,
+                    self.tgt(batch.target_in) * 16,
+                    tgt_mask=causal,
+                    src_key_padding_mask=pad,
+                    memory_key_padding_mask=pad,
+                )
+                return torch.log_softmax(self.out(h), -1)
+
+        model = Plain()
+    optimizer = torch.optim.Adam(model.parameters(), 1e-3)
+    model.train()
+
+    def step(start: int) -> int:
+        chunk = data[start : start + batch_size]
+        batch = collate([s for s, _ in chunk], [t for _, t in chunk])
+        log_probs = model(batch)
+        nll = -log_probs.gather(-1, batch.target_out.unsqueeze(-1)).squeeze(-1)
+        loss = (nll * batch.target_mask).sum() / batch.target_mask.sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return len(chunk)
+
+    for i in range(WARMUP):
+        step(i * batch_size)
+    start, examples = time.perf_counter(), 0
+    for i in range(WARMUP, WARMUP + updates):
+        examples += step(i * batch_size)
+    return examples / (time.perf_counter() - start)
+
+
+def child(kind: str, prepared: str, row: str) -> None:
+    rate = (ours if kind == "ours" else ceiling)(prepared, row)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MB (Linux: KB)
+    print(json.dumps({"examples_per_s": rate, "peak_rss_mb": rss}))
+
+
+def measure(kind: str, prepared: str, row: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", kind, prepared, row],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument(
+        "--prepared", help="a prepared CMUdict directory (default: prepare the embedded one)"
+    )
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    prepared = args.prepared
+    if prepared is None:
+        from transduce.data.prepare import PrepareRequest, prepare
+
+        prepared = str(Path(tempfile.mkdtemp()) / "cmudict")
+        prepare(PrepareRequest("cmudict", Path(prepared)))
+    results = {}
+    for row in args.rows.split(","):
+        runs = {"ours": [], "ceiling": []}
+        rss = {"ours": [], "ceiling": []}
+        for _ in range(args.repeats):  # alternate, so both see the same machine load
+            for kind in ("ours", "ceiling"):
+                measured = measure(kind, prepared, row)
+                runs[kind].append(measured["examples_per_s"])
+                rss[kind].append(measured["peak_rss_mb"])
+        family = ROWS[row][0]
+        ours_rate, ceiling_rate = (
+            statistics.median(runs["ours"]),
+            statistics.median(runs["ceiling"]),
+        )
+        target = TARGET_FACTOR[family] * PEER[row]
+        results[row] = {
+            "ours_examples_per_s": round(ours_rate, 1),
+            "ceiling_examples_per_s": round(ceiling_rate, 1),
+            "ours_over_ceiling": round(ours_rate / ceiling_rate, 2),
+            "peer_examples_per_s": PEER[row],
+            "ours_over_peer": round(ours_rate / PEER[row], 2),
+            "target_examples_per_s": target,
+            "meets_target": ours_rate >= target and ours_rate >= 0.9 * ceiling_rate,
+            "ours_runs": [round(r, 1) for r in runs["ours"]],
+            "ceiling_runs": [round(r, 1) for r in runs["ceiling"]],
+            "ours_peak_rss_mb": round(max(rss["ours"])),
+        }
+    print(
+        json.dumps(
+            {
+                "benchmark": "train_throughput",
+                "threads": 2,
+                "cpus": os.cpu_count(),
+                "results": results,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""`transduce train` and `transduce decode` through the CLI; a pipeline of real processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import transduce_env
+from .test_cli import one_line_error
+from .toy import TINY_LSTM, recipe, write_task
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A tiny LSTM trained on the reverse task (shared by the decode tests)."""
+    from transduce import config as configuration
+    from transduce.training import Trainer
+
+    root = tmp_path_factory.mktemp("trained")
+    data = recipe(write_task(root, "reverse"), TINY_LSTM, max_epochs=20)
+    Trainer(configuration.parse(data), root / "run").run()
+    return root / "run"
+
+
+def write_recipe(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_train_cli(run, tmp_path: Path):
+    prepared = write_task(tmp_path, "copy", n=200)
+    config = write_recipe(
+        tmp_path / "r.yaml", recipe(prepared, TINY_LSTM, max_updates=20, validate_every=10)
+    )
+    result = run(
+        "train", "--config", config, "--out", tmp_path / "run", "--set", "train.batch_size=8"
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert (
+        "update 10" in result.stderr and "update 20" in result.stderr and "test (" in result.stderr
+    )
+    report = json.loads((tmp_path / "run" / "train.json").read_text(encoding="utf-8"))
+    assert report["config"]["train"]["batch_size"] == 8
+    one_line_error(
+        run("train", "--config", config, "--out", tmp_path / "run"),
+        "already holds a run",
+        "--resume",
+    )
+    result = run("train", "--out", tmp_path / "run", "--resume", "--set", "train.max_updates=30")
+    assert result.exit_code == 0, result.output
+    assert "resuming at update 20" in result.stderr
+    assert (
+        json.loads((tmp_path / "run" / "train.json").read_text(encoding="utf-8"))["updates"] == 30
+    )
+
+
+def test_train_config_errors_are_one_line(run, tmp_path: Path):
+    bad = write_recipe(
+        tmp_path / "bad.yaml",
+        {
+            "data": {"format": "cmudict"},
+            "model": {"name": "lstm", "layers": 3},
+            "train": {"batch_size": 0},
+        },
+    )
+    one_line_error(
+        run("train", "--config", bad, "--out", tmp_path / "x"),
+        "2 problems",
+        "model.layers: unknown key",
+        "train.batch_size",
+    )
+    assert not (tmp_path / "x").exists()
+    one_line_error(run("train", "--config", "nonesuch"), "not a shipped recipe")
+
+
+def test_decode_raw_lines(run, trained: Path):
+    result = run("decode", trained, input="abc\n\ngfe\nabz\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.split("\n") == ["c b a", "", "e f g", result.stdout.split("\n")[3], ""]
+    assert "1 input symbols are unknown" in result.stderr  # the z
+
+
+def test_decode_nbest_tsv_and_report(run, trained: Path, tmp_path: Path):
+    result = run(
+        "decode",
+        trained / "best.pt",
+        "--beam",
+        "3",
+        "--nbest",
+        "2",
+        "--report",
+        tmp_path / "r.json",
+        input="abc\ndd\n",
+    )
+    lines = [line.split("\t") for line in result.stdout.splitlines()]
+    assert [line[0] for line in lines] == ["1", "1", "2", "2"]
+    assert lines[0][1] == "c b a" and float(lines[0][2]) >= float(lines[1][2])
+    report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    assert (
+        report["lines"] == 2 and report["options"]["beam"] == 3 and report["words_per_second"] > 0
+    )
+    prepared_test = next(trained.parent.glob("reverse-prepared")) / "test.tsv"
+    result = run("decode", trained, prepared_test, "--input-format", "tsv")
+    sources = [
+        line.split("\t")[0] for line in prepared_test.read_text(encoding="utf-8").splitlines()
+    ]
+    outputs = result.stdout.splitlines()
+    assert len(outputs) == len(sources)
+    right = sum(o == " ".join(reversed(s.split(" "))) for o, s in zip(outputs, sources))
+    assert right >= 0.8 * len(sources)
+
+
+def test_decode_errors(run, trained: Path, tmp_path: Path):
+    one_line_error(run("decode", tmp_path / "nothing.pt"), "no such checkpoint")
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a checkpoint")
+    one_line_error(run("decode", junk), "not a transduce checkpoint")
+    one_line_error(run("decode", trained, "--nbest", "3"), "--nbest (3) cannot exceed --beam (1)")
+
+
+def test_pipeline_in_subprocesses(tmp_path: Path):
+    """prepare -> train -> decode -> score, each a real process, as in a shell script."""
+    raw = tmp_path / "lexicon.tsv"
+    words = [
+        "abc",
+        "bca",
+        "cab",
+        "aab",
+        "bba",
+        "ccb",
+        "abab",
+        "baba",
+        "caca",
+        "acca",
+        "bbcc",
+        "ccaa",
+    ] * 3
+    raw.write_text(
+        "".join(f"{w}\t{' '.join(w.upper())}\n" for w in dict.fromkeys(words)), encoding="utf-8"
+    )
+    config = write_recipe(
+        tmp_path / "r.yaml",
+        recipe(tmp_path / "data", TINY_LSTM, max_updates=15, validate_every=15, batch_size=4),
+    )
+    env = transduce_env()
+
+    def sh(command: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            command, shell=True, cwd=tmp_path, capture_output=True, text=True, env=env
+        )
+
+    assert (
+        sh(f"transduce -q prepare tsv {raw} --out data --dev-ratio 0.2 --test-ratio 0.2").returncode
+        == 0
+    )
+    trained = sh(f"transduce -q train --config {config} --out run")
+    assert trained.returncode == 0, trained.stderr
+    pipeline = sh(
+        "cut -f1 data/test.tsv | tr -d ' ' | transduce decode run"
+        " | transduce score - data/test.tsv --ref-col 2 --metric wer --json"
+    )
+    assert pipeline.returncode == 0, pipeline.stderr
+    assert 0 <= json.loads(pipeline.stdout)["scores"]["wer"]["value"] <= 100

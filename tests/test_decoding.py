@@ -1,0 +1,78 @@
+"""Greedy and beam search over the step API."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from transduce.data.batching import collate
+from transduce.decoding import beam_search, decode_all, greedy
+from transduce.models import build_model
+from transduce.models.lstm import LSTMConfig
+from transduce.models.transformer import TransformerConfig
+
+MODELS = {
+    "lstm": LSTMConfig(embedding_dim=8, encoder_size=6, decoder_size=7),
+    "transformer": TransformerConfig(
+        encoder_layers=1, decoder_layers=2, d_model=16, heads=2, feedforward=24
+    ),
+}
+
+
+def sources(n: int = 30) -> list[list[int]]:
+    rng = random.Random(0)
+    return [[rng.randint(5, 11) for _ in range(rng.randint(1, 6))] for _ in range(n)]
+
+
+@pytest.fixture(params=list(MODELS))
+def model(request):
+    torch.manual_seed(1)
+    return build_model(request.param, MODELS[request.param], 12, 12).eval()
+
+
+def test_greedy_equals_beam_of_one(model):
+    batch = collate(sources())
+    for g, b in zip(greedy(model, batch), beam_search(model, batch, beam=1)):
+        assert g.tokens == b[0].tokens
+        assert g.score == pytest.approx(b[0].score, abs=1e-4)
+
+
+def test_nbest_is_ordered_and_scores_are_log_probabilities(model):
+    batch = collate(sources(10))
+    for hyps in beam_search(model, batch, beam=4, nbest=4, length_penalty=0.6):
+        assert len(hyps) == 4
+        normalized = [h.normalized for h in hyps]
+        assert normalized == sorted(normalized, reverse=True)
+        for h in hyps:
+            assert h.score <= 0
+            assert h.normalized == pytest.approx(h.score / (len(h.tokens) + 1) ** 0.6)
+
+
+def test_scores_are_the_model_probabilities(model):
+    batch = collate(sources(5))
+    for row, hyp in enumerate(greedy(model, batch)):
+        one = collate([batch.source[row][batch.source_mask[row]].tolist()], [hyp.tokens])
+        with torch.no_grad():
+            output = model(one)
+        picked = output.log_probs.gather(-1, one.target_out.unsqueeze(-1)).squeeze(-1)
+        assert hyp.score == pytest.approx(picked.sum().item(), abs=1e-4)
+
+
+def test_output_limits(model):
+    batch = collate(sources(8))
+    for hyp in greedy(model, batch, max_output_length=3):
+        assert len(hyp.tokens) <= 3
+    for hyps in beam_search(model, batch, beam=3, max_output_length=2):
+        assert all(len(h.tokens) <= 2 for h in hyps)
+    lengths = batch.source_mask.sum(1).tolist()
+    for hyp, length in zip(greedy(model, batch), lengths):
+        assert len(hyp.tokens) <= 2 * length + 10
+
+
+def test_decode_all_keeps_the_input_order(model):
+    data = sources(40)
+    together = decode_all(model, data, batch_size=7)
+    alone = [decode_all(model, [s], batch_size=1)[0] for s in data[:10]]
+    assert [h[0].tokens for h in together[:10]] == [h[0].tokens for h in alone]

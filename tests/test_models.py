@@ -1,0 +1,167 @@
+"""The model contract for every model of the zoo, and the shared layers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from transduce.data.batching import collate
+from transduce.models import MODELS, build_model
+from transduce.models.layers import BiLSTM, Dropout
+from transduce.models.lstm import LSTMConfig
+from transduce.models.transformer import TransformerConfig
+
+VOCAB = 14
+
+# Every model of the registry, in the variants its options allow.
+VARIANTS = {
+    "lstm-general": (
+        "lstm",
+        LSTMConfig(embedding_dim=8, encoder_size=6, decoder_size=7, encoder_layers=2),
+    ),
+    "lstm-dot": (
+        "lstm",
+        LSTMConfig(embedding_dim=8, encoder_size=6, decoder_size=12, attention="dot"),
+    ),
+    "lstm-mlp-feeding": (
+        "lstm",
+        LSTMConfig(
+            embedding_dim=8,
+            encoder_size=6,
+            decoder_size=7,
+            attention="mlp",
+            input_feeding=True,
+            decoder_layers=2,
+        ),
+    ),
+    "lstm-tied": (
+        "lstm",
+        LSTMConfig(
+            embedding_dim=9, encoder_size=6, decoder_size=7, output_size=9, tie_embeddings=True
+        ),
+    ),
+    "transformer-pre": (
+        "transformer",
+        TransformerConfig(encoder_layers=2, decoder_layers=2, d_model=16, heads=4, feedforward=24),
+    ),
+    "transformer-post-learned": (
+        "transformer",
+        TransformerConfig(
+            decoder_layers=3,
+            d_model=16,
+            heads=2,
+            feedforward=24,
+            norm="post",
+            positions="learned",
+            tie_embeddings="none",
+        ),
+    ),
+    "transformer-tie-all": (
+        "transformer",
+        TransformerConfig(
+            encoder_layers=1,
+            decoder_layers=1,
+            d_model=16,
+            heads=2,
+            feedforward=24,
+            tie_embeddings="all",
+        ),
+    ),
+}
+
+
+def test_every_registered_model_has_variants():
+    assert {family for family, _ in VARIANTS.values()} == set(MODELS)
+
+
+def batch():
+    sources = [[5, 6, 7, 8, 9], [9, 5], [6, 6, 6, 7, 8, 9, 10], [11]]
+    targets = [[5, 6], [7, 8, 9, 5, 12], [6], [13, 12, 11]]
+    return collate(sources, targets)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_forward_equals_a_loop_of_steps(variant):
+    family, config = VARIANTS[variant]
+    torch.manual_seed(0)
+    model = build_model(family, config, VOCAB, VOCAB).eval()
+    b = batch()
+    output = model(b)
+    B, T = b.target_in.shape
+    K = len(model.attention_names)
+    assert output.log_probs.shape == (B, T, VOCAB)
+    assert output.attention.shape == (B, K, T, b.source.shape[1])
+    state = model.init_state(b)
+    log_probs, attention = [], []
+    for t in range(T):
+        step = model.step(state, b.target_in[:, t])
+        state = step.state
+        log_probs.append(step.log_probs)
+        attention.append(step.attention)
+    stepped_lp = torch.stack(log_probs, dim=1)  # B x T x V
+    stepped_att = torch.stack(attention, dim=2)  # B x K x T x S
+    mask = b.target_mask
+    assert torch.allclose(output.log_probs[mask], stepped_lp[mask], atol=1e-5)
+    assert torch.allclose(
+        output.attention.permute(0, 2, 1, 3)[mask], stepped_att.permute(0, 2, 1, 3)[mask], atol=1e-5
+    )
+    # attention is a distribution over the real source positions only
+    sums = output.attention.sum(-1)[:, :, mask[0]]
+    assert torch.allclose(sums, torch.ones_like(sums), atol=1e-5)
+    assert output.attention.masked_select(~b.source_mask[:, None, None, :]).abs().max() == 0
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_loss_and_gradients(variant):
+    family, config = VARIANTS[variant]
+    torch.manual_seed(0)
+    model = build_model(family, config, VOCAB, VOCAB).train()
+    b = batch()
+    output = model(b)
+    losses = model.loss(b, output, label_smoothing=0.1)
+    losses["loss"].backward()
+    assert torch.isfinite(losses["loss"]) and losses["nll"] > 0
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    # the nll is the mean negative log-probability of the reference tokens
+    picked = output.log_probs.gather(-1, b.target_out.unsqueeze(-1)).squeeze(-1)[b.target_mask]
+    assert losses["nll"].item() == pytest.approx(-picked.mean().item(), rel=1e-5)
+
+
+def test_bilstm_equals_a_packed_bidirectional_lstm():
+    torch.manual_seed(0)
+    ours = BiLSTM(5, 4, layers=2, dropout=0.0)
+    packed_lstm = torch.nn.LSTM(5, 4, num_layers=2, bidirectional=True, batch_first=True)
+    with torch.no_grad():  # copy our weights into PyTorch's layout
+        for layer in range(2):
+            for direction, source in (
+                ("", ours.forward_layers[layer]),
+                ("_reverse", ours.backward_layers[layer]),
+            ):
+                for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                    getattr(packed_lstm, f"{name}_l{layer}{direction}").copy_(
+                        getattr(source, f"{name}_l0")
+                    )
+    x = torch.randn(3, 6, 5)
+    lengths = torch.tensor([6, 2, 4])
+    mine = ours(x, lengths)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(
+        x, lengths, batch_first=True, enforce_sorted=False
+    )
+    theirs, _ = torch.nn.utils.rnn.pad_packed_sequence(
+        packed_lstm(packed)[0], batch_first=True, total_length=6
+    )
+    mask = torch.arange(6)[None, :] < lengths[:, None]
+    assert torch.allclose(mine[mask], theirs[mask], atol=1e-6)
+
+
+def test_dropout_keeps_the_expected_share_and_scales():
+    torch.manual_seed(0)
+    layer = Dropout(0.3).train()
+    x = torch.ones(200_000)
+    y = layer(x)
+    kept = (y != 0).float().mean().item()
+    assert kept == pytest.approx(0.7, abs=0.005)
+    assert y[y != 0].unique().tolist() == [pytest.approx(1 / 0.7)]
+    assert torch.equal(layer.eval()(x), x)
+    assert Dropout(0.0).train()(x) is x

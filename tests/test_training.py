@@ -1,0 +1,129 @@
+"""The trainer: toy tasks learned, resume bit for bit, checkpoints, reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from transduce import checkpoint
+from transduce import config as configuration
+from transduce.errors import TransduceError
+from transduce.training import Schedule, Trainer
+
+from .toy import TINY_LSTM, TINY_TRANSFORMER, recipe, write_task
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("toy")
+    return {task: write_task(root, task) for task in ("copy", "reverse")}
+
+
+def train(run_dir: Path, data: dict, resume: bool = False) -> dict:
+    return Trainer(configuration.parse(data), run_dir, resume=resume).run()
+
+
+@pytest.mark.parametrize(
+    ("model", "task", "epochs", "extra"),
+    [
+        (TINY_LSTM, "reverse", 40, {}),
+        ({**TINY_LSTM, "input_feeding": True, "attention": "mlp"}, "copy", 25, {}),
+        (TINY_TRANSFORMER, "copy", 25, {"schedule": {"type": "inverse_sqrt", "warmup": 100}}),
+    ],
+    ids=["lstm-reverse", "lstm-feeding-copy", "transformer-copy"],
+)
+def test_models_learn_toy_tasks(tasks, tmp_path: Path, model, task, epochs, extra):
+    report = train(tmp_path / "run", recipe(tasks[task], model, max_epochs=epochs, **extra))
+    assert report["best"]["score"] >= 90.0, [h["dev_scores"]["acc"] for h in report["history"]]
+    assert report["test"]["acc"] >= 85.0
+    predictions = (tmp_path / "run" / "test.predictions").read_text(encoding="utf-8").splitlines()
+    test_lines = (tasks[task] / "test.tsv").read_text(encoding="utf-8").splitlines()
+    assert len(predictions) == len(test_lines)
+
+
+def test_resume_ends_bit_identical(tasks, tmp_path: Path):
+    data = recipe(tasks["copy"], {**TINY_LSTM, "dropout": 0.2}, max_epochs=3, batch_size=32)
+    whole = train(tmp_path / "whole", data)
+    first = recipe(tasks["copy"], {**TINY_LSTM, "dropout": 0.2}, max_epochs=1, batch_size=32)
+    train(tmp_path / "parts", first)
+    resumed = train(tmp_path / "parts", data, resume=True)
+    a = checkpoint.load(tmp_path / "whole" / "last.pt")["model"]
+    b = checkpoint.load(tmp_path / "parts" / "last.pt")["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert [h["dev_scores"] for h in whole["history"]] == [
+        h["dev_scores"] for h in resumed["history"]
+    ]
+    assert [h["train_loss"] for h in whole["history"]] == [
+        h["train_loss"] for h in resumed["history"]
+    ]
+
+
+def test_checkpoints_and_report(tasks, tmp_path: Path):
+    run = tmp_path / "run"
+    report = train(run, recipe(tasks["copy"], TINY_LSTM, max_updates=30, validate_every=10))
+    payload = torch.load(run / "best.pt", weights_only=True)  # plain containers only
+    assert payload["format"] == "transduce.checkpoint/1" and payload["model_name"] == "lstm"
+    assert payload["vocab"]["source"][:5] == ["<pad>", "<s>", "</s>", "<unk>", "<sep>"]
+    assert set(payload["training"]) == {"optimizer", "schedule", "rng", "progress"}
+    assert report["updates"] == 30 and len(report["history"]) == 3
+    entry = report["history"][0]
+    assert set(entry) == {
+        "update",
+        "epoch",
+        "train_loss",
+        "dev_loss",
+        "dev_scores",
+        "lr",
+        "elapsed",
+        "examples_per_s",
+    }
+    assert set(entry["dev_scores"]) == {"acc", "wer", "per", "lev"}
+    saved = json.loads((run / "train.json").read_text(encoding="utf-8"))
+    assert saved["parameters"] == report["parameters"] > 0
+    assert saved["data"]["manifest_sha256"] and saved["stop"] == "reached max_updates (30)"
+    resolved = configuration.read_yaml(run / "config.yaml")
+    assert resolved["train"]["max_updates"] == 30 and resolved["model"]["name"] == "lstm"
+    with pytest.raises(TransduceError, match="no such checkpoint"):
+        Trainer(configuration.parse(resolved), tmp_path / "elsewhere", resume=True).run()
+
+
+def test_early_stopping_and_plateau(tasks, tmp_path: Path):
+    data = recipe(
+        tasks["copy"],
+        TINY_LSTM,
+        max_epochs=50,
+        patience=2,
+        optimizer={"lr": 1e-6},  # learns nothing: no better dev score
+        schedule={"type": "plateau", "patience": 1, "factor": 0.5, "min_lr": 1e-9},
+    )
+    report = train(tmp_path / "run", data)
+    assert report["stop"] == "no better dev acc in 2 validations"
+    assert [round(h["lr"] / 1e-6, 3) for h in report["history"]] == [
+        1.0,
+        1.0,
+        0.5,
+    ]  # rate used until then
+
+
+def test_schedules():
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.Adam([parameter], lr=1.0)
+    schedule = Schedule(configuration.ScheduleConfig(type="inverse_sqrt", warmup=4), optimizer, 1.0)
+    rates = []
+    for update in range(1, 9):
+        schedule.before_update(update)
+        rates.append(optimizer.param_groups[0]["lr"])
+    assert rates == pytest.approx(
+        [0.25, 0.5, 0.75, 1.0, (4 / 5) ** 0.5, (4 / 6) ** 0.5, (4 / 7) ** 0.5, 0.5**0.5 * 1.0]
+    )
+    plateau = Schedule(
+        configuration.ScheduleConfig(type="plateau", patience=2, factor=0.1, min_lr=0.05),
+        optimizer,
+        1.0,
+    )
+    stops = [plateau.after_validation(v, lower_is_better=True) for v in (5, 4, 4, 4, 3, 3, 3)]
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
+    assert stops == [False, False, False, False, False, False, True]

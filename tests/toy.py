@@ -1,0 +1,69 @@
+"""Toy transduction tasks and tiny recipes for the training tests."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from transduce.data.prepare import PrepareRequest, prepare
+
+ALPHABET = "abcdefg"
+
+
+def write_task(directory: Path, task: str, n: int = 600, seed: int = 0) -> Path:
+    """A prepared dataset of `task` ("copy" or "reverse") over short random strings."""
+    rng = random.Random(seed)
+    words = sorted(
+        {"".join(rng.choice(ALPHABET) for _ in range(rng.randint(2, 6))) for _ in range(n)}
+    )
+    raw = directory / f"{task}.tsv"
+    lines = [f"{w}\t{' '.join(w if task == 'copy' else w[::-1])}\n" for w in words]
+    raw.write_text("".join(lines), encoding="utf-8")
+    out = directory / f"{task}-prepared"
+    prepare(
+        PrepareRequest(
+            "tsv", out, inputs={"train": [raw]}, dev_ratio=0.1, test_ratio=0.1, seed=seed
+        )
+    )
+    return out
+
+
+def recipe(prepared: Path, model: dict[str, Any], **train: Any) -> dict[str, Any]:
+    """A small recipe for a prepared toy dataset."""
+    settings = {
+        "seed": 1,
+        "batch_size": 16,
+        "max_epochs": 30,
+        "select_on": "acc",
+        "optimizer": {"lr": 0.005},
+        "patience": 100,
+        "threads": 1,
+        "dev_batch_size": 64,
+    }
+    settings.update(train)
+    return {
+        "data": {"prepared": str(prepared)},
+        "model": model,
+        "train": settings,
+        "decode": {"batch_size": 64},
+    }
+
+
+TINY_LSTM = {
+    "name": "lstm",
+    "embedding_dim": 16,
+    "encoder_layers": 1,
+    "encoder_size": 32,
+    "decoder_size": 32,
+    "dropout": 0.0,
+}
+TINY_TRANSFORMER = {
+    "name": "transformer",
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "d_model": 32,
+    "heads": 2,
+    "feedforward": 64,
+    "dropout": 0.0,
+}

@@ -1,0 +1,68 @@
+"""Checkpoints: written atomically, read with `torch.load(weights_only=True)`.
+
+A checkpoint is a dict of plain containers (dicts, lists, strings, numbers, bytes) and
+tensors, so that loading it runs no pickled code:
+
+    format        "transduce.checkpoint/1"
+    model_name    the registry key of the model family
+    config        the resolved configuration (every default filled in)
+    model         the model's state_dict
+    vocab         {"source": [...symbols...], "target": [...]}
+    sides         the side specs of the prepared data (how to tokenize and detokenize)
+    subwords      {"source": {...}, "target": {...}}: BPE models, as text or bytes, if any
+    training      optimizer, scheduler, RNG states, progress, history (resumable runs)
+    versions      of transduce, Python and the core libraries
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from transduce.errors import CheckpointError
+
+FORMAT = "transduce.checkpoint/1"
+BEST, LAST = "best.pt", "last.pt"
+
+
+def save(path: str | Path, payload: dict[str, Any]) -> None:
+    """Write `payload` to a temporary file beside `path`, then rename it into place."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save({"format": FORMAT, **payload}, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint (no code runs: weights_only); errors are `CheckpointError`s."""
+    path = Path(path)
+    if path.is_dir():
+        for name in (BEST, LAST):
+            if (path / name).is_file():
+                path = path / name
+                break
+        else:
+            raise CheckpointError(f"{path}: no {BEST} or {LAST} in this directory")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such checkpoint") from None
+    except Exception as error:  # torch raises many kinds for a file that is not a checkpoint
+        raise CheckpointError(
+            f"{path}: not a transduce checkpoint ({type(error).__name__})"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a transduce checkpoint (format {FORMAT} expected)")
+    payload["path"] = str(path)
+    return payload

@@ -1,0 +1,121 @@
+"""`transduce decode RUN_DIR|CHECKPOINT [INPUT|-]`: predictions on stdout, a line per line."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from transduce import checkpoint
+from transduce.cli import app, ui
+from transduce.cli.common import Verbosity, choices
+from transduce.inference import Transducer
+from transduce.io import decode_lines, display, read_bytes
+from transduce.reporting import versions, write_json
+
+InputFormat = choices("InputFormat", ("raw", "tsv"))
+Device = choices("DecodeDevice", ("cpu", "cuda", "auto"))
+RAW, CPU = InputFormat("raw"), Device("cpu")
+
+
+@app.command(name="decode")
+def decode_command(
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="A run directory (its best.pt) or a checkpoint file.", show_default=False
+        ),
+    ],
+    input: Annotated[str, typer.Argument(help="Input lines ('-': stdin).")] = "-",
+    input_format: Annotated[
+        InputFormat,
+        typer.Option(
+            help="raw: text tokenized as in training (inflection: lemma<TAB>tags); "
+            "tsv: the source column of a prepared split."
+        ),
+    ] = RAW,
+    beam: Annotated[int, typer.Option(help="Beam size (1: greedy).")] = 1,
+    length_penalty: Annotated[
+        float, typer.Option(help="Rank hypotheses by score / |Y|^ALPHA.")
+    ] = 0.0,
+    nbest: Annotated[
+        int, typer.Option(help="Hypotheses per input: N lines 'line<TAB>hypothesis<TAB>score'.")
+    ] = 1,
+    batch_size: Annotated[int, typer.Option(help="Sentences per batch.")] = 256,
+    max_output_length: Annotated[
+        int | None,
+        typer.Option(help="Output limit in symbols [default: 2 x input + 10].", show_default=False),
+    ] = None,
+    device: Annotated[Device, typer.Option(help="cpu, cuda or auto.")] = CPU,
+    report: Annotated[
+        str | None,
+        typer.Option(help="Write a JSON report (options, counts, words/s).", show_default=False),
+    ] = None,
+    verbosity: Verbosity = None,
+) -> None:
+    """Transduce input lines with a trained model: one output line per input line."""
+    from transduce.errors import ConfigError
+
+    for name, value in (
+        ("--beam", beam),
+        ("--nbest", nbest),
+        ("--batch-size", batch_size),
+        ("--max-output-length", max_output_length),
+    ):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be at least 1, not {value}")
+    if nbest > beam:
+        raise ConfigError(f"--nbest ({nbest}) cannot exceed --beam ({beam})")
+    payload = checkpoint.load(model)
+    transducer = Transducer.from_checkpoint(payload, device.value)
+    lines = decode_lines(read_bytes(input), display(input))[0]
+    start = time.perf_counter()
+    predictions = transducer.transduce(
+        lines,
+        display(input),
+        input_format.value,
+        batch_size,
+        beam,
+        length_penalty,
+        nbest,
+        max_output_length,  # type: ignore[arg-type]
+    )
+    seconds = time.perf_counter() - start
+    out = sys.stdout
+    for number, prediction in enumerate(predictions, 1):
+        if nbest == 1:
+            out.write((prediction.texts[0] if prediction.texts else "") + "\n")
+        else:
+            for text, score in zip(prediction.texts, prediction.scores):
+                out.write(f"{number}\t{text}\t{score:.6f}\n")
+    out.flush()
+    decoded = sum(1 for p in predictions if p.texts)
+    if transducer.unknown:
+        ui.warn(f"{transducer.unknown} input symbols are unknown to the model (read as <unk>)")
+    ui.detail(f"{decoded} lines in {seconds:.2f} s ({decoded / max(seconds, 1e-9):.0f} lines/s)")
+    if report is not None:
+        write_json(
+            report,
+            {
+                "schema": "transduce.decode/1",
+                "checkpoint": payload["path"],
+                "input": input,
+                "options": {
+                    "input_format": input_format.value,
+                    "beam": beam,
+                    "length_penalty": length_penalty,
+                    "nbest": nbest,
+                    "batch_size": batch_size,
+                    "max_output_length": max_output_length,
+                    "device": str(transducer.device),
+                },
+                "lines": len(lines),
+                "empty_lines": len(lines) - decoded,
+                "unknown_symbols": transducer.unknown,
+                "seconds": seconds,
+                "words_per_second": decoded / max(seconds, 1e-9),
+                "versions": versions(),
+            },
+        )

@@ -1,0 +1,105 @@
+"""`transduce train --config RECIPE [--set KEY=VALUE ...] [--out RUN_DIR] [--resume]`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from transduce import checkpoint
+from transduce import config as configuration
+from transduce.cli import app, ui
+from transduce.cli.common import Verbosity, choices
+from transduce.errors import ConfigError
+from transduce.progress import ConsoleReporter
+from transduce.training import Trainer
+
+Device = choices("Device", ("cpu", "cuda", "auto"))
+
+
+@app.command(name="train")
+def train_command(
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="A recipe file, or the name of a shipped recipe (g2p).",
+            show_default=False,
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Override a setting: section.key=value (YAML value); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Run directory.",
+            show_default="runs/RECIPE, or runs/RECIPE-2, ... if taken",
+        ),
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option(help="Continue the run in --out from its last.pt.")
+    ] = False,
+    device: Annotated[
+        Device | None,
+        typer.Option(help="cpu, cuda or auto (overrides train.device).", show_default=False),
+    ] = None,
+    verbosity: Verbosity = None,
+) -> None:
+    """Train a model; the run directory gets the config, checkpoints and train.json."""
+    overrides = list(set_ or [])
+    if device is not None:
+        overrides.append(f"train.device={device.value}")
+    if out is None and (resume or config is None):
+        raise ConfigError("give --config RECIPE (or --out RUN_DIR --resume to continue a run)")
+    run_dir = out or _fresh_run_dir(Path(config).stem)  # type: ignore[arg-type]
+    if resume:
+        source = config or str(run_dir / "config.yaml")
+    else:
+        if (run_dir / checkpoint.LAST).exists():
+            raise ConfigError(
+                f"{run_dir}: already holds a run; --resume continues it, or choose another --out"
+            )
+        if config is None:
+            raise ConfigError("give --config RECIPE")
+        source = config
+    cfg, _ = configuration.load(source, overrides)
+    ui.info(f"run directory: {run_dir}")
+    reporter = ConsoleReporter(ui.stderr, quiet=ui.verbosity() < ui.NORMAL)
+    report = Trainer(cfg, run_dir, resume=resume, reporter=reporter).run()
+    _summary(report, run_dir)
+
+
+def _fresh_run_dir(name: str) -> Path:
+    """runs/NAME, or runs/NAME-2, -3, ... if it is taken: rerunning never collides."""
+    for number in range(1, 10_000):
+        candidate = Path("runs") / (name if number == 1 else f"{name}-{number}")
+        if not candidate.exists():
+            return candidate
+    raise ConfigError("no free run directory under runs/: give --out")
+
+
+def _summary(report: dict[str, Any], run_dir: Path) -> None:
+    best = report["best"]
+    score = f"{best['metric']} {best['score']:.2f}"
+    ui.info(f"best dev {score} at update {best['update']} ({report['stop']})")
+    if report["test"] and ui.verbosity() >= ui.NORMAL:
+        table = Table(
+            title=f"test ({report['data']['test_sources']} sources), best checkpoint",
+            title_justify="left",
+        )
+        for name in report["test"]:
+            table.add_column(name, justify="right")
+        table.add_row(*(f"{v:.2f}" for v in report["test"].values()))
+        ui.stderr.print(table)
+    ui.info(f"{run_dir / 'train.json'}; predictions: {run_dir / 'test.predictions'}")

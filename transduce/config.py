@@ -1,0 +1,415 @@
+"""Typed configuration: YAML recipes -> dataclasses, every error reported at once.
+
+A recipe has five sections, `data`, `model`, `loss`, `train` and `decode`. Each is a
+dataclass; `model` is the dataclass of the model it names (`model.name`, a key of
+`transduce.models.MODELS`). Loading checks every key and every type before any data is
+read, and raises one `ConfigError` listing all problems, e.g.
+
+    model.embedding_dim: expected an integer, got 'big'
+    train.optimiser: unknown key (did you mean optimizer?)
+
+`--set train.batch_size=64` overrides a value (parsed as YAML: 64, 0.1, true, [1, 2]).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+
+from transduce import defaults
+from transduce.errors import ConfigError, plural
+
+# --------------------------------------------------------------------------- sections
+
+
+def _at_least(obj: Any, minimum: float, *names: str) -> list[str]:
+    """Problems for the fields of `obj` (None allowed) that are below `minimum`."""
+    return [
+        f"{name}: must be at least {minimum}, not {getattr(obj, name)}"
+        for name in names
+        if getattr(obj, name) is not None and getattr(obj, name) < minimum
+    ]
+
+
+@dataclass
+class DataConfig:
+    """Where the data comes from: a prepared directory, or raw files and a format.
+
+    Raw data is prepared into `RUN_DIR/data` with `transduce.data.prepare` (the same as
+    `transduce prepare`); `format: cmudict` without `train` uses the embedded CMUdict.
+    """
+
+    prepared: str | None = None
+    format: str | None = None
+    train: list[str] | None = None
+    dev: list[str] | None = None
+    test: list[str] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    dev_ratio: float = defaults.DEV_RATIO
+    test_ratio: float = defaults.TEST_RATIO
+    split_seed: int = defaults.SPLIT_SEED
+    max_source_length: int | None = None  # longer training examples are left out
+    max_target_length: int | None = None
+
+    def check(self) -> list[str]:
+        problems = _at_least(self, 1, "max_source_length", "max_target_length")
+        if (self.prepared is None) == (self.format is None):
+            problems.append(
+                "prepared: give either `prepared` (a prepared directory) or `format` (raw data)"
+            )
+        if self.prepared is not None and (self.train or self.dev or self.test or self.options):
+            problems.append("prepared: `train`, `dev`, `test` and `options` go with `format`")
+        return problems
+
+
+@dataclass
+class LossConfig:
+    label_smoothing: float = 0.0
+
+    def check(self) -> list[str]:
+        if not 0 <= self.label_smoothing < 1:
+            return [f"label_smoothing: must be in [0, 1), not {self.label_smoothing}"]
+        return []
+
+
+@dataclass
+class OptimizerConfig:
+    lr: float = 1e-3
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+
+    def check(self) -> list[str]:
+        problems = []
+        if self.lr <= 0 or self.eps <= 0 or self.weight_decay < 0:
+            problems.append("lr and eps must be positive, weight_decay at least 0")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            problems.append(f"betas: two numbers in [0, 1), not {self.betas}")
+        return problems
+
+
+@dataclass
+class ScheduleConfig:
+    """Learning-rate schedule.
+
+    constant: `lr` throughout. inverse_sqrt (Rios et al. 2021, Table 5): linear warm-up over
+    `warmup` updates, then lr * sqrt(warmup / update). plateau (Wu et al. 2018 §8.2): multiply
+    the rate by `factor` after `patience` validations without improvement of `monitor`
+    (the selected dev metric, or the dev loss), and stop training once it is below `min_lr`.
+    """
+
+    type: Literal["constant", "inverse_sqrt", "plateau"] = "constant"
+    warmup: int = 4000
+    factor: float = 0.5
+    patience: int = 1
+    min_lr: float = 1e-5
+    monitor: Literal["metric", "loss"] = "metric"
+
+    def check(self) -> list[str]:
+        problems = _at_least(self, 1, "warmup", "patience") + _at_least(self, 0, "min_lr")
+        if not 0 < self.factor < 1:
+            problems.append(f"factor: must be in (0, 1), not {self.factor}")
+        return problems
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 1
+    max_epochs: int | None = 50
+    max_updates: int | None = None
+    max_minutes: float | None = None  # wall-clock limit (checked after each update)
+    batch_size: int = 20
+    batch_by: Literal["sentences", "tokens"] = "sentences"
+    bucketing: bool = True  # batches of similar lengths: less padding
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    clip_norm: float | None = None
+    validate_every: int | None = None  # updates; None: once per epoch
+    select_on: str = "per"
+    patience: int | None = 10  # validations without improvement before stopping
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    threads: int | None = None  # CPU threads; None: PyTorch's default
+    bf16: bool = False  # bfloat16 autocast (CUDA, or CPU where it keeps accuracy)
+    dev_batch_size: int = 256
+
+    def check(self) -> list[str]:
+        from transduce.metrics import METRICS
+
+        problems = _at_least(
+            self, 1, "max_epochs", "max_updates", "batch_size", "validate_every", "patience",
+            "threads", "dev_batch_size",
+        )  # fmt: skip
+        problems += [
+            f"{n}: must be positive"
+            for n in ("max_minutes", "clip_norm")
+            if (getattr(self, n) or 1) <= 0
+        ]
+        if self.select_on not in METRICS:
+            problems.append(
+                f"select_on: unknown metric {self.select_on!r} (valid: {', '.join(METRICS)})"
+            )
+        if self.max_epochs is None and self.max_updates is None and self.max_minutes is None:
+            problems.append("max_epochs: give a limit (max_epochs, max_updates or max_minutes)")
+        return problems
+
+
+@dataclass
+class DecodeConfig:
+    beam: int = 1
+    length_penalty: float = 0.0  # score / |Y|^alpha
+    nbest: int = 1
+    max_output_length: int | None = None  # None: 2 * |x| + 10
+    batch_size: int = 256
+
+    def check(self) -> list[str]:
+        problems = _at_least(self, 1, "beam", "nbest", "max_output_length", "batch_size")
+        if self.nbest > self.beam:
+            problems.append(f"nbest: at most the beam ({self.beam}), not {self.nbest}")
+        return problems
+
+
+@dataclass
+class Config:
+    data: DataConfig
+    model_name: str  # a key of transduce.models.MODELS
+    model: Any  # that model's own dataclass
+    loss: LossConfig
+    train: TrainConfig
+    decode: DecodeConfig
+
+
+SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "loss": LossConfig,
+    "train": TrainConfig,
+    "decode": DecodeConfig,
+}
+
+# ------------------------------------------------------------------------ conversion
+
+
+def _type_name(kind: Any) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    if kind in names:
+        return names[kind]
+    if get_origin(kind) is Literal:
+        return "one of " + ", ".join(map(str, get_args(kind)))
+    if get_origin(kind) in (list, typing.List):  # noqa: UP006
+        return "a list"
+    if get_origin(kind) in (dict, typing.Dict):  # noqa: UP006
+        return "a mapping"
+    if dataclasses.is_dataclass(kind):
+        return "a mapping"
+    return str(kind)
+
+
+def _convert(value: Any, kind: Any, where: str, errors: list[str]) -> Any:
+    """Check `value` against the annotation `kind`; record problems in `errors`."""
+    origin = get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        options = get_args(kind)
+        if value is None and type(None) in options:
+            return None
+        inner = [o for o in options if o is not type(None)]
+        if len(inner) == 1:
+            return _convert(value, inner[0], where, errors)
+        for option in inner:  # int | str: the first that fits
+            trial: list[str] = []
+            result = _convert(value, option, where, trial)
+            if not trial:
+                return result
+        errors.append(f"{where}: expected {' or '.join(map(_type_name, inner))}, got {value!r}")
+        return None
+    if kind is Any:
+        return value
+    if origin is Literal:
+        if value not in get_args(kind):
+            errors.append(f"{where}: expected {_type_name(kind)}, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(kind):
+        return build(kind, value, where, errors)
+    if origin in (list, typing.List):  # noqa: UP006
+        if not isinstance(value, list):
+            errors.append(f"{where}: expected a list, got {value!r}")
+            return value
+        (item,) = get_args(kind) or (Any,)
+        return [_convert(v, item, f"{where}[{i}]", errors) for i, v in enumerate(value)]
+    if origin in (dict, typing.Dict):  # noqa: UP006
+        if not isinstance(value, dict):
+            errors.append(f"{where}: expected a mapping, got {value!r}")
+        return value
+    if kind is bool:
+        if not isinstance(value, bool):
+            errors.append(f"{where}: expected true or false, got {value!r}")
+        return value
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            errors.append(f"{where}: expected an integer, got {value!r}")
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            errors.append(f"{where}: expected a number, got {value!r}")
+            return value
+        return float(value)
+    if kind is str:
+        if not isinstance(value, str):
+            errors.append(f"{where}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported annotation {kind!r} at {where}")  # a bug in a dataclass
+
+
+def build(cls: type, data: Any, where: str, errors: list[str]) -> Any:
+    """Build dataclass `cls` from a mapping, recording every problem in `errors`.
+
+    Returns None when the mapping has problems (all of them recorded); a well-typed
+    instance is then checked by its own `check()` (value rules), if it has one.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        errors.append(f"{where}: expected a mapping, got {data!r}")
+        return None
+    before = len(errors)
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    values = {}
+    for key, value in data.items():
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else f" (valid: {', '.join(fields)})"
+            errors.append(f"{where}.{key}: unknown key{hint}")
+            continue
+        values[key] = _convert(value, hints[key], f"{where}.{key}", errors)
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and name not in values:
+            errors.append(f"{where}.{name}: required")
+    if len(errors) > before:
+        return None
+    instance = cls(**values)
+    check = getattr(instance, "check", None)
+    if callable(check):
+        errors.extend(f"{where}.{problem}" for problem in check())
+    return instance
+
+
+def to_dict(obj: Any) -> Any:
+    """A dataclass as plain containers (for YAML, JSON and checkpoints)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, list | tuple):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def recipe_path(name_or_path: str) -> Path:
+    """A recipe file: a path, or the name of a recipe shipped in the package (`g2p`)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = resources.files("transduce") / "recipes" / f"{name_or_path}.yaml"
+    if "/" not in name_or_path and shipped.is_file():
+        return Path(str(shipped))
+    names = ", ".join(shipped_recipes())
+    raise ConfigError(f"{name_or_path}: no such recipe file, and not a shipped recipe ({names})")
+
+
+def shipped_recipes() -> list[str]:
+    """Names of the recipes shipped in the package (`--config NAME`)."""
+    folder = resources.files("transduce") / "recipes"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {getattr(error, 'problem', error)}") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read: {error.strerror}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a recipe is a mapping of sections (data, model, ...)")
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
+    """Apply `--set section.key=value` overrides (values parsed as YAML) in place."""
+    for override in overrides:
+        key, sep, text = override.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {override!r}: expected KEY=VALUE, e.g. train.batch_size=64")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {override!r}: {part} is not a section")
+            node = child
+        node[parts[-1]] = value
+
+
+def parse(data: dict[str, Any], source: str = "config") -> Config:
+    """Validate a recipe mapping; raise one `ConfigError` listing every problem."""
+    from transduce.models import MODELS
+
+    errors: list[str] = []
+    unknown = sorted(set(data) - {*SECTIONS, "model"})
+    for key in unknown:
+        errors.append(f"{key}: unknown section (valid: data, model, loss, train, decode)")
+    sections = {name: build(cls, data.get(name), name, errors) for name, cls in SECTIONS.items()}
+    model_data = dict(data.get("model") or {})
+    name = model_data.pop("name", None)
+    model = None
+    if name is None:
+        errors.append(f"model.name: required (valid: {', '.join(MODELS)})")
+    elif name not in MODELS:
+        errors.append(f"model.name: unknown model {name!r} (valid: {', '.join(MODELS)})")
+    else:
+        model = build(MODELS[name].Config, model_data, "model", errors)
+    if errors:
+        raise ConfigError(f"{source}: {plural(len(errors), 'problem')}: " + "; ".join(errors))
+    return Config(model_name=name, model=model, **sections)  # type: ignore[arg-type]
+
+
+def load(name_or_path: str, overrides: list[str] | None = None) -> tuple[Config, dict[str, Any]]:
+    """Load and validate a recipe; returns the config and its resolved mapping."""
+    path = recipe_path(name_or_path)
+    data = read_yaml(path)
+    apply_overrides(data, overrides or [])
+    config = parse(data, str(path))
+    return config, resolved(config)
+
+
+def resolved(config: Config) -> dict[str, Any]:
+    """The complete configuration (every default filled in) as plain containers."""
+    model = {"name": config.model_name, **to_dict(config.model)}
+    return {
+        "data": to_dict(config.data),
+        "model": model,
+        "loss": to_dict(config.loss),
+        "train": to_dict(config.train),
+        "decode": to_dict(config.decode),
+    }

@@ -1,0 +1,52 @@
+"""Vocabularies: symbols <-> ids, with the reserved symbols at their fixed ids."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from transduce.special import SPECIALS, UNK_ID
+
+
+class Vocab:
+    """An ordered symbol inventory; ids 0..4 are PAD, BOS, EOS, UNK, SEP.
+
+    Args:
+        symbols: Every symbol, the reserved ones first, in id order (what `symbols` and
+            checkpoints hold).
+    """
+
+    def __init__(self, symbols: Sequence[str]) -> None:
+        if tuple(symbols[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(f"a vocabulary starts with {SPECIALS}, not {tuple(symbols[:5])}")
+        self.symbols = list(symbols)
+        self.index = {s: i for i, s in enumerate(self.symbols)}
+        if len(self.index) != len(self.symbols):
+            raise ValueError("a vocabulary has each symbol once")
+
+    @classmethod
+    def build(cls, sequences: Iterable[Sequence[str]]) -> Vocab:
+        """The symbols of `sequences`, most frequent first (ties: alphabetical)."""
+        counts = Counter(s for seq in sequences for s in seq)
+        for special in SPECIALS:
+            counts.pop(special, None)
+        ordered = sorted(counts, key=lambda s: (-counts[s], s))
+        return cls([*SPECIALS, *ordered])
+
+    def __len__(self) -> int:
+        return len(self.symbols)
+
+    def __contains__(self, symbol: object) -> bool:
+        return symbol in self.index
+
+    def encode(self, symbols: Sequence[str]) -> list[int]:
+        """Ids of `symbols`; unknown symbols get the `<unk>` id."""
+        index = self.index
+        return [index.get(s, UNK_ID) for s in symbols]
+
+    def unknown(self, symbols: Sequence[str]) -> int:
+        """How many of `symbols` are not in the vocabulary."""
+        return sum(1 for s in symbols if s not in self.index)
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        return [self.symbols[i] for i in ids]

@@ -1,0 +1,203 @@
+"""Greedy and beam search over the step API of any model of the zoo.
+
+Both encode once (`init_state`), then call `step` for the sentences still being decoded:
+a sentence leaves the batch as soon as it is finished, so the work shrinks with it.
+
+Scores are sums of log-probabilities, the end-of-sequence step included. With a length
+penalty alpha, hypotheses are ranked by score / |Y|^alpha, where |Y| counts the output
+symbols plus the end-of-sequence step (so an empty output has |Y| = 1). A sentence stops at
+its output limit: `max_output_length`, or by default 2 |x| + 10 symbols.
+
+Beam search keeps `beam` hypotheses per sentence; at each step it looks at the 2 x beam best
+extensions, moves those that end (EOS among the best `beam`) to the finished list, and keeps
+the best `beam` that do not. A sentence is done when `beam` hypotheses have finished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from transduce.data.batching import Batch
+from transduce.models.base import Model, select_state
+from transduce.special import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # output ids, without EOS
+    score: float  # sum of log-probabilities, EOS included
+    normalized: float  # score / (len(tokens) + 1) ** length_penalty
+
+
+def _limits(batch: Batch, max_output_length: int | None) -> Tensor:
+    if max_output_length is not None:
+        return torch.full((len(batch),), max_output_length, dtype=torch.long)
+    return batch.source_mask.sum(dim=1).cpu() * 2 + 10  # B
+
+
+def _step_log_probs(model: Model, state: dict, previous: Tensor) -> tuple[Tensor, dict]:
+    step = model.step(state, previous)
+    log_probs = step.log_probs.float()  # B x V
+    log_probs[:, PAD_ID] = float("-inf")  # never predicted
+    log_probs[:, BOS_ID] = float("-inf")
+    return log_probs, step.state
+
+
+def _normalize(score: float, length: int, alpha: float) -> float:
+    return score / (length + 1) ** alpha if alpha else score
+
+
+@torch.inference_mode()
+def greedy(model: Model, batch: Batch, max_output_length: int | None = None) -> list[Hypothesis]:
+    """The most probable symbol at each step, for every sentence of the batch."""
+    size = len(batch)
+    limits = _limits(batch, max_output_length)
+    state = model.init_state(batch)
+    device = batch.source.device
+    active = torch.arange(size)  # original rows still decoding
+    previous = torch.full((size,), BOS_ID, dtype=torch.long, device=device)
+    scores = torch.zeros(size, dtype=torch.float64)
+    outputs: list[list[int]] = [[] for _ in range(size)]
+    results: list[Hypothesis | None] = [None] * size
+    for t in range(int(limits.max()) + 1):
+        log_probs, state = _step_log_probs(model, state, previous)
+        at_limit = (limits[active] <= t).to(device)  # rows that must end now
+        best_score, best = log_probs.max(dim=-1)  # B
+        best = torch.where(at_limit, torch.full_like(best, EOS_ID), best)
+        best_score = torch.where(at_limit, log_probs[:, EOS_ID], best_score)
+        scores[active] += best_score.double().cpu()
+        tokens = best.tolist()
+        keep = []
+        for row, (original, token) in enumerate(zip(active.tolist(), tokens)):
+            if token == EOS_ID:
+                results[original] = Hypothesis(
+                    outputs[original], float(scores[original]), float(scores[original])
+                )
+            else:
+                outputs[original].append(token)
+                keep.append(row)
+        if not keep:
+            break
+        if len(keep) < len(tokens):
+            rows = torch.tensor(keep, device=device)
+            state = select_state(state, rows)
+            best = best.index_select(0, rows)
+            active = active[torch.tensor(keep)]
+        previous = best
+    return results  # type: ignore[return-value]
+
+
+@torch.inference_mode()
+def beam_search(
+    model: Model,
+    batch: Batch,
+    beam: int,
+    length_penalty: float = 0.0,
+    nbest: int = 1,
+    max_output_length: int | None = None,
+) -> list[list[Hypothesis]]:
+    """The `nbest` best hypotheses of each sentence, best first."""
+    size, width = len(batch), beam
+    limits = _limits(batch, max_output_length)
+    device = batch.source.device
+    state = select_state(
+        model.init_state(batch), torch.arange(size, device=device).repeat_interleave(width)
+    )
+    sentences = list(range(size))  # original index of each active sentence
+    history: list[list[list[int]]] = [[[] for _ in range(width)] for _ in range(size)]
+    scores = torch.full((size, width), float("-inf"), device=device)  # b x K
+    scores[:, 0] = 0.0  # the first step extends one hypothesis per sentence
+    previous = torch.full((size * width,), BOS_ID, dtype=torch.long, device=device)
+    finished: list[list[Hypothesis]] = [[] for _ in range(size)]
+    for t in range(int(limits.max()) + 1):
+        log_probs, state = _step_log_probs(model, state, previous)
+        vocab = log_probs.shape[-1]
+        log_probs = log_probs.view(len(sentences), width, vocab)  # b x K x V
+        at_limit = (limits[sentences] <= t).to(device)  # b
+        if bool(at_limit.any()):
+            eos = log_probs[:, :, EOS_ID].clone()
+            log_probs[at_limit] = float("-inf")
+            log_probs[:, :, EOS_ID] = eos
+        candidates = (scores.unsqueeze(-1) + log_probs).view(len(sentences), -1)  # b x (K*V)
+        top_scores, top_index = candidates.topk(2 * width, dim=-1)  # b x 2K
+        top_scores, top_index = top_scores.tolist(), top_index.tolist()
+        rows, tokens, new_scores, new_history, still = [], [], [], [], []
+        for i, original in enumerate(sentences):
+            beams: list[tuple[int, int, float]] = []
+            for rank, (score, flat) in enumerate(zip(top_scores[i], top_index[i])):
+                if score == float("-inf"):
+                    break
+                source_beam, token = divmod(flat, vocab)
+                if token == EOS_ID:
+                    if rank < width:
+                        past = history[i][source_beam]
+                        finished[original].append(
+                            Hypothesis(past, score, _normalize(score, len(past), length_penalty))
+                        )
+                elif len(beams) < width:
+                    beams.append((source_beam, token, score))
+            if len(finished[original]) >= width or not beams:
+                continue
+            while len(beams) < width:  # too few live extensions: pad with dead beams
+                beams.append((beams[0][0], PAD_ID, float("-inf")))
+            still.append(original)
+            for source_beam, token, score in beams:
+                rows.append(i * width + source_beam)
+                tokens.append(token)
+                new_scores.append(score)
+            new_history.append([history[i][b] + [tok] for b, tok, _ in beams])
+        if not still:
+            break
+        index = torch.tensor(rows, device=device)
+        state = select_state(state, index)
+        previous = torch.tensor(tokens, dtype=torch.long, device=device)
+        scores = torch.tensor(new_scores, device=device).view(len(still), width)
+        sentences, history = still, new_history
+    return [sorted(hyps, key=lambda h: -h.normalized)[:nbest] for hyps in finished]
+
+
+def decode_batch(
+    model: Model,
+    batch: Batch,
+    beam: int = 1,
+    length_penalty: float = 0.0,
+    nbest: int = 1,
+    max_output_length: int | None = None,
+) -> list[list[Hypothesis]]:
+    """Greedy search for beam 1 (and one hypothesis), beam search otherwise."""
+    if beam == 1 and nbest == 1:
+        return [[h] for h in greedy(model, batch, max_output_length)]
+    return beam_search(model, batch, beam, length_penalty, nbest, max_output_length)
+
+
+def decode_all(
+    model: Model,
+    sources: list[list[int]],
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+    beam: int = 1,
+    length_penalty: float = 0.0,
+    nbest: int = 1,
+    max_output_length: int | None = None,
+) -> list[list[Hypothesis]]:
+    """Decode id sequences in batches of similar lengths; results in input order."""
+    from transduce.data.batching import collate
+
+    was_training = model.training
+    model.eval()
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    results: list[list[Hypothesis]] = [[] for _ in sources]
+    try:
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            batch = collate([sources[i] for i in chunk]).to(device)
+            for i, hyps in zip(
+                chunk, decode_batch(model, batch, beam, length_penalty, nbest, max_output_length)
+            ):
+                results[i] = hyps
+    finally:
+        model.train(was_training)
+    return results

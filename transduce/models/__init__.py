@@ -1,0 +1,20 @@
+"""The model zoo: `MODELS` maps a name to its class; `build_model` makes one.
+
+Importing this package registers every model family (one file each).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transduce.models import lstm, transformer  # noqa: F401  (register the families)
+from transduce.models.base import MODELS, Model, Seq2SeqOutput, State, Step, select_state
+from transduce.registry import lookup
+
+
+def build_model(name: str, config: Any, source_vocab: int, target_vocab: int) -> Model:
+    """A model of family `name` with its config and vocabulary sizes."""
+    return lookup(MODELS, name, "model")(config, source_vocab, target_vocab)
+
+
+__all__ = ["MODELS", "Model", "Seq2SeqOutput", "State", "Step", "build_model", "select_state"]

@@ -1,0 +1,221 @@
+"""The attentional LSTM encoder-decoder of Wu, Shapiro and Cotterell (2018), §4-5.
+
+Encoder (§4.1): embeddings e(x_j) into a bidirectional LSTM; h_j = forward ⊕ backward.
+Decoder (§4.3): an LSTM over the embeddings of the previous outputs, eq. (10); with input
+feeding (§5.1, eq. 14) its input is e(y_{i-1}) ⊕ c̄_{i-1}, c̄_{i-1} = f(h_{i-1}, c_{i-1}).
+Attention (eq. 6): alpha_j(i) = softmax_j(e_ij), with the score e_ij
+    dot:      h_i^T h_j                      (needs decoder_size = 2 * encoder_size)
+    general:  h_i^T T h_j, T in R^{d_h x 2d_h}  (eq. 7)
+    mlp:      v^T tanh(W_q h_i + W_k h_j)     (Bahdanau et al. 2015)
+Context (eq. 13): c_i = sum_j alpha_j(i) h_j.
+Output (eqs. 8-9, 12): p(y_i | y_<i, x) = softmax(W f(h_i, c_i)), f = tanh(S (h_i ⊕ c_i)),
+S in R^{d_s x 3d_h}; d_s = decoder_size + 2 * encoder_size unless `output_size` is set.
+
+Without input feeding the decoder states do not depend on the attention, so training runs
+the decoder LSTM over the whole target in one call and computes every attention step with
+one batched product: no Python loop over time steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from transduce.data.batching import Batch
+from transduce.models.base import Model, Seq2SeqOutput, State, Step, masked_softmax, register
+from transduce.models.layers import BiLSTM, Dropout
+from transduce.special import PAD_ID
+
+
+@dataclass
+class LSTMConfig:
+    embedding_dim: int = 200
+    encoder_layers: int = 2
+    encoder_size: int = 400  # per direction
+    decoder_layers: int = 1
+    decoder_size: int = 400
+    attention: Literal["dot", "general", "mlp"] = "general"
+    attention_size: int | None = None  # mlp only; default decoder_size
+    input_feeding: bool = False
+    output_size: int | None = None  # d_s of eq. (9); default decoder_size + 2 * encoder_size
+    dropout: float = 0.4
+    tie_embeddings: bool = False  # W of eq. (8) = the target embeddings (needs d_s = embedding_dim)
+
+    def check(self) -> list[str]:
+        problems = []
+        for name in (
+            "embedding_dim",
+            "encoder_layers",
+            "encoder_size",
+            "decoder_layers",
+            "decoder_size",
+        ):
+            if getattr(self, name) < 1:
+                problems.append(f"{name}: must be at least 1")
+        if not 0 <= self.dropout < 1:
+            problems.append(f"dropout: must be in [0, 1), not {self.dropout}")
+        if self.attention == "dot" and self.decoder_size != 2 * self.encoder_size:
+            problems.append(
+                f"attention: dot needs decoder_size = 2 * encoder_size ({2 * self.encoder_size}), "
+                f"not {self.decoder_size}; or use general"
+            )
+        if self.tie_embeddings and self.combined_size != self.embedding_dim:
+            problems.append(
+                f"tie_embeddings: needs output_size = embedding_dim ({self.embedding_dim}), "
+                f"not {self.combined_size}"
+            )
+        return problems
+
+    @property
+    def combined_size(self) -> int:
+        return self.output_size or self.decoder_size + 2 * self.encoder_size
+
+
+class Attention(nn.Module):
+    """Attention scores e_ij between decoder states and encoder states (eqs. 6-7)."""
+
+    def __init__(self, kind: str, decoder_size: int, memory_size: int, hidden: int) -> None:
+        super().__init__()
+        self.kind = kind
+        if kind == "general":
+            self.transform = nn.Linear(memory_size, decoder_size, bias=False)  # T of eq. (7)
+        elif kind == "mlp":
+            self.key = nn.Linear(memory_size, hidden)
+            self.query = nn.Linear(decoder_size, hidden, bias=False)
+            self.vector = nn.Linear(hidden, 1, bias=False)
+
+    def keys(self, memory: Tensor) -> Tensor:
+        """The encoder half of the scores, computed once per source."""
+        if self.kind == "general":
+            return self.transform(memory)  # B x S x H
+        if self.kind == "mlp":
+            return self.key(memory)  # B x S x A
+        return memory  # B x S x H
+
+    def scores(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """e_ij for decoder states B x T x H and keys B x S x *: B x T x S."""
+        if self.kind == "mlp":
+            hidden = torch.tanh(
+                self.query(queries).unsqueeze(2) + keys.unsqueeze(1)
+            )  # B x T x S x A
+            return self.vector(hidden).squeeze(-1)  # B x T x S
+        return torch.bmm(queries, keys.transpose(1, 2))  # B x T x S
+
+
+@register
+class LSTMModel(Model):
+    """Soft attention LSTM (Wu et al. 2018, systems ① with and ③ without input feeding)."""
+
+    name = "lstm"
+    Config = LSTMConfig
+
+    def __init__(self, config: LSTMConfig, source_vocab: int, target_vocab: int) -> None:
+        super().__init__(config, source_vocab, target_vocab)
+        c = config
+        memory = 2 * c.encoder_size
+        self.source_embedding = nn.Embedding(source_vocab, c.embedding_dim, padding_idx=PAD_ID)
+        self.target_embedding = nn.Embedding(target_vocab, c.embedding_dim, padding_idx=PAD_ID)
+        self.encoder = BiLSTM(c.embedding_dim, c.encoder_size, c.encoder_layers, c.dropout)
+        feed = c.combined_size if c.input_feeding else 0
+        self.decoder = nn.LSTM(
+            c.embedding_dim + feed,
+            c.decoder_size,
+            num_layers=c.decoder_layers,
+            batch_first=True,
+            dropout=c.dropout if c.decoder_layers > 1 else 0.0,
+        )
+        self.attention = Attention(
+            c.attention, c.decoder_size, memory, c.attention_size or c.decoder_size
+        )
+        self.combine = nn.Linear(c.decoder_size + memory, c.combined_size)  # S of eq. (9)
+        self.output = nn.Linear(c.combined_size, target_vocab)  # W of eq. (8)
+        if c.tie_embeddings:
+            self.output.weight = self.target_embedding.weight
+        self.drop = Dropout(c.dropout)
+
+    @property
+    def attention_names(self) -> list[str]:
+        return ["attention"]
+
+    # ------------------------------------------------------------------ encoder
+
+    def encode(self, batch: Batch) -> tuple[Tensor, Tensor]:
+        """Encoder states B x S x 2H and the attention keys, computed once."""
+        embedded = self.drop(self.source_embedding(batch.source))  # B x S x E
+        memory = self.drop(self.encoder(embedded, batch.source_mask.sum(dim=1)))  # B x S x 2H
+        return memory, self.attention.keys(memory)
+
+    # ------------------------------------------------------------------ decoder
+
+    def _attend(
+        self, states: Tensor, memory: Tensor, keys: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """From decoder states B x T x H: alpha B x T x S, f B x T x d_s, log-probs B x T x V."""
+        scores = self.attention.scores(states, keys)  # B x T x S
+        alpha = masked_softmax(scores, mask.unsqueeze(1))  # B x T x S, eq. (6)
+        context = torch.bmm(alpha, memory)  # B x T x 2H, eq. (13)
+        combined = torch.tanh(
+            self.combine(torch.cat([states, context], dim=-1))
+        )  # B x T x d_s, eq. (9)
+        log_probs = torch.log_softmax(
+            self.output(self.drop(combined)), dim=-1
+        )  # B x T x V, eq. (8)
+        return alpha, combined, log_probs
+
+    def forward(self, batch: Batch) -> Seq2SeqOutput:
+        memory, keys = self.encode(batch)
+        if self.config.input_feeding:  # eq. (14): each step needs the previous step's f
+            state = self._initial(batch, memory, keys)
+            steps = []
+            for t in range(batch.target_in.shape[1]):
+                steps.append(self.step(state, batch.target_in[:, t]))
+                state = steps[-1].state
+            log_probs = torch.stack([s.log_probs for s in steps], dim=1)  # B x T x V
+            attention = torch.stack([s.attention for s in steps], dim=2)  # B x 1 x T x S
+        else:  # eq. (10): the whole target in one LSTM call, all attention steps in one bmm
+            embedded = self.drop(self.target_embedding(batch.target_in))  # B x T x E
+            states, _ = self.decoder(embedded)  # B x T x H
+            alpha, _, log_probs = self._attend(self.drop(states), memory, keys, batch.source_mask)
+            attention = alpha.unsqueeze(1)  # B x 1 x T x S
+        return Seq2SeqOutput(
+            log_probs, attention, self.attention_names, batch.source_mask, batch.target_mask
+        )
+
+    def _initial(self, batch: Batch, memory: Tensor, keys: Tensor) -> State:
+        c = self.config
+        size = batch.source.shape[0]
+        zeros = memory.new_zeros(size, c.decoder_layers, c.decoder_size)  # B x L x H
+        state = {
+            "memory": memory,
+            "keys": keys,
+            "mask": batch.source_mask,
+            "h": zeros,
+            "c": zeros.clone(),
+        }
+        if c.input_feeding:
+            state["feed"] = memory.new_zeros(size, c.combined_size)  # B x d_s: c̄_0 = 0
+        return state
+
+    def init_state(self, batch: Batch) -> State:
+        memory, keys = self.encode(batch)
+        return self._initial(batch, memory, keys)
+
+    def step(self, state: State, previous: Tensor) -> Step:
+        embedded = self.drop(self.target_embedding(previous))  # B x E
+        if self.config.input_feeding:
+            embedded = torch.cat([embedded, state["feed"]], dim=-1)  # B x (E + d_s), eq. (14)
+        hidden = (
+            state["h"].transpose(0, 1).contiguous(),
+            state["c"].transpose(0, 1).contiguous(),
+        )  # L x B x H
+        output, (h, c) = self.decoder(embedded.unsqueeze(1), hidden)  # B x 1 x H
+        alpha, combined, log_probs = self._attend(
+            self.drop(output), state["memory"], state["keys"], state["mask"]
+        )
+        new = dict(state, h=h.transpose(0, 1), c=c.transpose(0, 1))  # B x L x H
+        if self.config.input_feeding:
+            new["feed"] = combined[:, 0]  # B x d_s
+        return Step(log_probs[:, 0], alpha, new)  # B x V, B x 1 x S

@@ -1,0 +1,340 @@
+"""The transformer encoder-decoder (Vaswani et al. 2017), as Rios et al. (2021, Table 5) use it.
+
+Layers of self-attention and a feed-forward block, pre- or post-norm; the decoder adds
+cross-attention over the encoder states. Positions are sinusoidal (any length) or learned
+(up to `max_positions`). Embeddings are scaled by sqrt(d_model) and can be tied: `target`
+shares the target embeddings with the output layer, `all` also with the source embeddings
+(one vocabulary for both sides).
+
+Cross-attention is computed on the explicit path, softmax(QK^T / sqrt(d)) then V, so its
+weights are returned for every layer and head (K = decoder layers x heads, named
+"decoder.{layer}.head.{head}", 1-based). Self-attention, whose weights nothing reads, uses
+PyTorch's fused scaled_dot_product_attention. Decoding keeps a cache of each layer's past
+self-attention keys and values and the cross-attention keys and values of the source, so
+a step costs one position, not the whole prefix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transduce.data.batching import Batch
+from transduce.errors import DataError
+from transduce.models.base import Model, Seq2SeqOutput, State, Step, register
+from transduce.models.layers import Dropout
+from transduce.special import PAD_ID
+
+
+@dataclass
+class TransformerConfig:
+    encoder_layers: int = 4
+    decoder_layers: int = 4
+    d_model: int = 256
+    heads: int = 4
+    feedforward: int = 1024
+    dropout: float = 0.3  # residual branches (and embeddings, unless embedding_dropout)
+    embedding_dropout: float | None = None  # None: as dropout
+    attention_dropout: float = 0.0  # on attention weights
+    activation_dropout: float = 0.0  # inside the feed-forward block
+    norm: Literal["pre", "post"] = "pre"
+    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    max_positions: int = 512  # learned positions only
+    tie_embeddings: Literal["none", "target", "all"] = "target"
+
+    def check(self) -> list[str]:
+        problems = []
+        for name in (
+            "encoder_layers",
+            "decoder_layers",
+            "d_model",
+            "heads",
+            "feedforward",
+            "max_positions",
+        ):
+            if getattr(self, name) < 1:
+                problems.append(f"{name}: must be at least 1")
+        if self.heads >= 1 and self.d_model % self.heads:
+            problems.append(f"heads: must divide d_model ({self.d_model}), not {self.heads}")
+        for name in ("dropout", "embedding_dropout", "attention_dropout", "activation_dropout"):
+            if not 0 <= (getattr(self, name) or 0) < 1:
+                problems.append(f"{name}: must be in [0, 1)")
+        return problems
+
+
+def sinusoids(length: int, dim: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): length x dim."""
+    position = torch.arange(length, dtype=torch.float32).unsqueeze(1)  # L x 1
+    rate = torch.exp(
+        torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim)
+    )  # D/2
+    table = torch.zeros(length, dim)
+    table[:, 0::2] = torch.sin(position * rate)
+    table[:, 1::2] = torch.cos(position * rate[: dim // 2])
+    return table  # L x D
+
+
+class Positions(nn.Module):
+    def __init__(self, kind: str, dim: int, maximum: int) -> None:
+        super().__init__()
+        self.kind, self.dim, self.maximum = kind, dim, maximum
+        if kind == "learned":
+            self.table = nn.Embedding(maximum, dim)
+            nn.init.normal_(self.table.weight, std=dim**-0.5)
+        else:
+            self.register_buffer("cache", sinusoids(256, dim), persistent=False)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        """Encodings of integer positions (any shape) -> shape x D."""
+        top = int(positions.max()) + 1 if positions.numel() else 0
+        if self.kind == "learned":
+            if top > self.maximum:
+                raise DataError(
+                    f"a sequence of length {top} is longer than max_positions ({self.maximum})"
+                )
+            return self.table(positions)
+        if top > self.cache.shape[0]:
+            self.cache = sinusoids(max(top, 2 * self.cache.shape[0]), self.dim).to(
+                self.cache.device
+            )
+        return self.cache[positions]
+
+
+def _heads(x: Tensor, heads: int) -> Tensor:
+    b, t, d = x.shape
+    return x.view(b, t, heads, d // heads).transpose(1, 2)  # B x H x T x D/H
+
+
+def _merge(x: Tensor) -> Tensor:
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * d)  # B x T x D
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention through the fused kernel (no weights returned)."""
+
+    def __init__(self, dim: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+        q, k, v = (
+            _heads(part, self.heads) for part in self.qkv(x).chunk(3, dim=-1)
+        )  # B x H x T x Dh
+        attn_mask = None if mask is None else mask[:, None, None, :]  # B x 1 x 1 x S
+        p = self.dropout if self.training else 0.0
+        return self.out(
+            _merge(F.scaled_dot_product_attention(q, k, v, attn_mask, p, is_causal=causal))
+        )
+
+    def step(self, x: Tensor, past_k: Tensor, past_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """One new position x (B x 1 x D) over the cached keys and values (B x H x t x Dh)."""
+        q, k, v = (
+            _heads(part, self.heads) for part in self.qkv(x).chunk(3, dim=-1)
+        )  # B x H x 1 x Dh
+        k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)  # B x H x (t+1) x Dh
+        return self.out(_merge(F.scaled_dot_product_attention(q, k, v))), k, v
+
+
+class CrossAttention(nn.Module):
+    """Multi-head attention over the encoder states, on the explicit path (weights kept)."""
+
+    def __init__(self, dim: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.heads = heads
+        self.query = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.drop = Dropout(dropout)
+
+    def memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of the encoder states, B x H x S x Dh each (computed once)."""
+        k, v = self.kv(memory).chunk(2, dim=-1)
+        return _heads(k, self.heads), _heads(v, self.heads)
+
+    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        q = _heads(self.query(x), self.heads)  # B x H x T x Dh
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])  # B x H x T x S
+        weights = torch.softmax(scores.masked_fill(~mask[:, None, None, :], float("-inf")), dim=-1)
+        context = torch.matmul(self.drop(weights), v)  # B x H x T x Dh
+        return self.out(_merge(context)), weights
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim: int, hidden: int, dropout: float) -> None:
+        super().__init__()
+        self.inner, self.outer, self.drop = (
+            nn.Linear(dim, hidden),
+            nn.Linear(hidden, dim),
+            Dropout(dropout),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.outer(self.drop(torch.relu(self.inner(x))))
+
+
+class Sublayer(nn.Module):
+    """x + dropout(f(norm(x))) (pre-norm) or norm(x + dropout(f(x))) (post-norm)."""
+
+    def __init__(self, dim: int, dropout: float, pre: bool) -> None:
+        super().__init__()
+        self.norm, self.drop, self.pre = nn.LayerNorm(dim), Dropout(dropout), pre
+
+    def inputs(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.pre else x
+
+    def residual(self, x: Tensor, y: Tensor) -> Tensor:
+        return x + self.drop(y) if self.pre else self.norm(x + self.drop(y))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, c: TransformerConfig) -> None:
+        super().__init__()
+        pre = c.norm == "pre"
+        self.attention = SelfAttention(c.d_model, c.heads, c.attention_dropout)
+        self.feedforward = FeedForward(c.d_model, c.feedforward, c.activation_dropout)
+        self.first, self.second = (
+            Sublayer(c.d_model, c.dropout, pre),
+            Sublayer(c.d_model, c.dropout, pre),
+        )
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        x = self.first.residual(x, self.attention(self.first.inputs(x), mask))
+        return self.second.residual(x, self.feedforward(self.second.inputs(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c: TransformerConfig) -> None:
+        super().__init__()
+        pre = c.norm == "pre"
+        self.self_attention = SelfAttention(c.d_model, c.heads, c.attention_dropout)
+        self.cross_attention = CrossAttention(c.d_model, c.heads, c.attention_dropout)
+        self.feedforward = FeedForward(c.d_model, c.feedforward, c.activation_dropout)
+        self.subs = nn.ModuleList(Sublayer(c.d_model, c.dropout, pre) for _ in range(3))
+
+    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        first, second, third = self.subs
+        x = first.residual(x, self.self_attention(first.inputs(x), causal=True))
+        attended, weights = self.cross_attention(second.inputs(x), k, v, mask)
+        x = second.residual(x, attended)
+        return third.residual(x, self.feedforward(third.inputs(x))), weights
+
+    def step(self, x: Tensor, state: State, layer: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        first, second, third = self.subs
+        attended, k, v = self.self_attention.step(
+            first.inputs(x), state[f"k{layer}"], state[f"v{layer}"]
+        )
+        x = first.residual(x, attended)
+        attended, weights = self.cross_attention(
+            second.inputs(x), state[f"mk{layer}"], state[f"mv{layer}"], state["mask"]
+        )
+        x = second.residual(x, attended)
+        return third.residual(x, self.feedforward(third.inputs(x))), weights, k, v
+
+
+@register
+class TransformerModel(Model):
+    name = "transformer"
+    Config = TransformerConfig
+
+    def __init__(self, config: TransformerConfig, source_vocab: int, target_vocab: int) -> None:
+        super().__init__(config, source_vocab, target_vocab)
+        c = config
+        if c.tie_embeddings == "all" and source_vocab != target_vocab:
+            raise ValueError("tie_embeddings: all needs one vocabulary for both sides")
+        self.target_embedding = nn.Embedding(target_vocab, c.d_model, padding_idx=PAD_ID)
+        self.source_embedding = (
+            self.target_embedding
+            if c.tie_embeddings == "all"
+            else nn.Embedding(source_vocab, c.d_model, padding_idx=PAD_ID)
+        )
+        self.positions = Positions(c.positions, c.d_model, c.max_positions)
+        self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
+        pre = c.norm == "pre"
+        self.encoder_norm = nn.LayerNorm(c.d_model) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(c.d_model) if pre else nn.Identity()
+        self.output = nn.Linear(c.d_model, target_vocab)
+        self.drop = Dropout(c.dropout if c.embedding_dropout is None else c.embedding_dropout)
+        self.scale = math.sqrt(c.d_model)
+        self._initialize()
+        if c.tie_embeddings != "none":
+            self.output.weight = self.target_embedding.weight
+
+    def _initialize(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding) and module is not getattr(
+                self.positions, "table", None
+            ):
+                nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
+                nn.init.zeros_(module.weight[PAD_ID])
+
+    @property
+    def attention_names(self) -> list[str]:
+        c = self.config
+        return [
+            f"decoder.{layer}.head.{head}"
+            for layer in range(1, c.decoder_layers + 1)
+            for head in range(1, c.heads + 1)
+        ]
+
+    def _embed(self, embedding: nn.Embedding, ids: Tensor, start: Tensor | int = 0) -> Tensor:
+        positions = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0) + start  # (1|B) x T
+        return self.drop(embedding(ids) * self.scale + self.positions(positions))  # B x T x D
+
+    def encode(self, batch: Batch) -> Tensor:
+        x = self._embed(self.source_embedding, batch.source)  # B x S x D
+        for layer in self.encoder:
+            x = layer(x, batch.source_mask)
+        return self.encoder_norm(x)  # B x S x D
+
+    def forward(self, batch: Batch) -> Seq2SeqOutput:
+        memory = self.encode(batch)
+        x = self._embed(self.target_embedding, batch.target_in)  # B x T x D
+        weights = []
+        for layer in self.decoder:
+            k, v = layer.cross_attention.memory(memory)
+            x, w = layer(x, k, v, batch.source_mask)
+            weights.append(w)  # B x H x T x S
+        log_probs = torch.log_softmax(self.output(self.decoder_norm(x)), dim=-1)  # B x T x V
+        attention = torch.cat(weights, dim=1)  # B x (L*H) x T x S
+        return Seq2SeqOutput(
+            log_probs, attention, self.attention_names, batch.source_mask, batch.target_mask
+        )
+
+    def init_state(self, batch: Batch) -> State:
+        memory = self.encode(batch)
+        size, heads = memory.shape[0], self.config.heads
+        empty = memory.new_zeros(size, heads, 0, self.config.d_model // heads)  # B x H x 0 x Dh
+        state: State = {
+            "mask": batch.source_mask,
+            "position": torch.zeros(size, dtype=torch.long, device=memory.device),
+        }
+        for i, layer in enumerate(self.decoder):
+            state[f"mk{i}"], state[f"mv{i}"] = layer.cross_attention.memory(memory)
+            state[f"k{i}"], state[f"v{i}"] = empty, empty
+        return state
+
+    def step(self, state: State, previous: Tensor) -> Step:
+        position = state["position"]  # B
+        x = self.drop(
+            self.target_embedding(previous) * self.scale + self.positions(position)
+        ).unsqueeze(1)  # B x 1 x D
+        new = dict(state, position=position + 1)
+        weights = []
+        for i, layer in enumerate(self.decoder):
+            x, w, new[f"k{i}"], new[f"v{i}"] = layer.step(x, state, i)
+            weights.append(w[:, :, 0])  # B x H x S
+        log_probs = torch.log_softmax(self.output(self.decoder_norm(x[:, 0])), dim=-1)  # B x V
+        return Step(log_probs, torch.cat(weights, dim=1), new)  # B x (L*H) x S

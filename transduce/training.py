@@ -1,0 +1,610 @@
+"""The training loop: batches, updates, schedules, validation on freely decoded dev data.
+
+Validation decodes the dev set (every distinct source once, greedy by default) and scores
+it with the metric module against all of a source's targets; the best checkpoint is the
+one with the best `train.select_on` score on that decoded output, not on teacher-forced
+accuracy. `last.pt` (after each validation) resumes a run where it stopped: with the same
+seed on the CPU, a run stopped at a validation point and resumed ends with the same
+weights, bit for bit, as a run that was never stopped.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from transduce import checkpoint
+from transduce import config as configuration
+from transduce.data import tokens
+from transduce.data.batching import collate, plan_batches
+from transduce.data.dataset import EvalSet, Pair, Prepared, build_vocabs, eval_set, load_prepared
+from transduce.data.prepare import PrepareRequest, prepare
+from transduce.data.vocab import Vocab
+from transduce.decoding import decode_all
+from transduce.errors import ConfigError, DataError, TransduceError
+from transduce.io import atomic_write_text, sha256_file
+from transduce.metrics import get_metric
+from transduce.metrics.corpus import Corpus
+from transduce.models import Model, build_model
+from transduce.progress import Reporter
+from transduce.reporting import versions, write_json
+
+REPORT_SCHEMA = "transduce.train/1"
+EVAL_METRICS = ("acc", "wer", "per", "lev")
+
+
+# ------------------------------------------------------------------------ schedules
+
+
+class Schedule:
+    """Learning-rate schedules (see `transduce.config.ScheduleConfig`)."""
+
+    def __init__(
+        self, config: configuration.ScheduleConfig, optimizer: torch.optim.Optimizer, lr: float
+    ):
+        self.config, self.optimizer, self.base = config, optimizer, lr
+        self.lr = lr if config.type != "inverse_sqrt" else 0.0
+        self.best: float | None = None
+        self.bad = 0
+        self._apply()
+
+    def _apply(self) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
+
+    def before_update(self, update: int) -> None:
+        """Set the rate of update number `update` (1-based)."""
+        if self.config.type == "inverse_sqrt":
+            warmup = self.config.warmup
+            self.lr = self.base * min(update / warmup, math.sqrt(warmup / update))
+            self._apply()
+
+    def after_validation(self, value: float, lower_is_better: bool) -> bool:
+        """Plateau: reduce after `patience` bad validations. True: the rate fell under min_lr."""
+        if self.config.type != "plateau":
+            return False
+        better = self.best is None or (value < self.best if lower_is_better else value > self.best)
+        if better:
+            self.best, self.bad = value, 0
+            return False
+        self.bad += 1
+        if self.bad >= self.config.patience:
+            self.lr *= self.config.factor
+            self.bad = 0
+            self._apply()
+        return self.lr < self.config.min_lr
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"lr": self.lr, "best": self.best, "bad": self.bad}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.lr, self.best, self.bad = state["lr"], state["best"], state["bad"]
+        self._apply()
+
+
+# --------------------------------------------------------------------------- state
+
+
+@dataclass
+class Progress:
+    """Where a run is; saved in every checkpoint (plain values only)."""
+
+    update: int = 0
+    epoch: int = 0  # epochs completed
+    batch: int = 0  # batches done in the current epoch
+    elapsed: float = 0.0  # seconds of training and validation so far
+    best_score: float | None = None
+    best_update: int | None = None
+    bad_validations: int = 0
+    last_validation: int = -1
+    loss_sum: float = 0.0  # since the last validation
+    loss_updates: int = 0
+    examples: int = 0
+    train_seconds: float = 0.0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    stop: str | None = None
+
+
+@dataclass
+class Data:
+    prepared: Prepared
+    source_vocab: Vocab
+    target_vocab: Vocab
+    train: list[tuple[list[int], list[int]]]
+    dev: list[tuple[list[int], list[int]]]
+    dev_eval: EvalSet
+    test_eval: EvalSet | None
+    skipped_long: int
+
+
+def _encode(
+    pairs: Sequence[Pair], source: Vocab, target: Vocab
+) -> list[tuple[list[int], list[int]]]:
+    return [
+        (source.encode(p.source), target.encode(p.target)) for p in pairs if p.target is not None
+    ]
+
+
+# -------------------------------------------------------------------------- trainer
+
+
+class Trainer:
+    """Train a model as a configuration says, in a run directory.
+
+    Args:
+        config: The validated configuration.
+        run_dir: Where the resolved config, prepared data, checkpoints and train.json go.
+        resume: Continue from `run_dir/last.pt`.
+        reporter: Receives progress (the CLI prints it).
+    """
+
+    def __init__(
+        self,
+        config: configuration.Config,
+        run_dir: Path,
+        resume: bool = False,
+        reporter: Reporter | None = None,
+    ) -> None:
+        self.config, self.run_dir, self.resume = config, Path(run_dir), resume
+        self.reporter = reporter or Reporter()
+        self.device = self._device(config.train.device)
+        self.metrics = list(dict.fromkeys([config.train.select_on, *EVAL_METRICS]))
+
+    @staticmethod
+    def _device(name: str) -> torch.device:
+        if name == "auto":
+            name = "cuda" if torch.cuda.is_available() else "cpu"
+        if name == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("train.device: cuda requested, but PyTorch sees no CUDA device")
+        return torch.device(name)
+
+    # ------------------------------------------------------------------ data
+
+    def _prepared_dir(self) -> Path:
+        data = self.config.data
+        if data.prepared is not None:
+            return Path(data.prepared)
+        target = self.run_dir / "data"
+        if (target / "manifest.json").is_file():
+            return target  # prepared by an earlier start of this run
+        inputs = {
+            split: [Path(p) for p in getattr(data, split)]
+            for split in ("train", "dev", "test")
+            if getattr(data, split)
+        }
+        prepare(
+            PrepareRequest(
+                data.format,  # type: ignore[arg-type]
+                target,
+                inputs=inputs,
+                options=dict(data.options),
+                dev_ratio=data.dev_ratio,
+                test_ratio=data.test_ratio,
+                seed=data.split_seed,
+            )
+        )
+        return target
+
+    def load_data(self, vocabs: tuple[Vocab, Vocab] | None = None) -> Data:
+        prepared = load_prepared(self._prepared_dir())
+        c = self.config
+        train_pairs = [p for p in prepared.splits["train"] if p.target is not None]
+        kept = [
+            p
+            for p in train_pairs
+            if (c.data.max_source_length is None or len(p.source) <= c.data.max_source_length)
+            and (c.data.max_target_length is None or len(p.target) <= c.data.max_target_length)  # type: ignore[arg-type]
+        ]
+        if not kept:
+            raise DataError(
+                "no training example left (check data.max_source_length)", prepared.directory
+            )
+        shared = getattr(c.model, "tie_embeddings", None) == "all"
+        source_vocab, target_vocab = vocabs or build_vocabs(kept, shared=shared)
+        train = _encode(kept, source_vocab, target_vocab)
+        prepared.splits["train"] = []  # encoded now: the symbol tuples would only take memory
+        dev_pairs = [p for p in prepared.splits["dev"] if p.target is not None]
+        if not dev_pairs:
+            raise DataError(
+                "the dev split has no examples with targets: nothing to validate on",
+                prepared.directory,
+            )
+        test_pairs = prepared.splits["test"]
+        test = (
+            eval_set(test_pairs)
+            if test_pairs and all(p.target is not None for p in test_pairs)
+            else None
+        )
+        return Data(
+            prepared,
+            source_vocab,
+            target_vocab,
+            train,
+            _encode(dev_pairs, source_vocab, target_vocab),
+            eval_set(dev_pairs),
+            test,
+            len(train_pairs) - len(kept),
+        )
+
+    # ----------------------------------------------------------------- pieces
+
+    def _model(self, data: Data) -> Model:
+        c = self.config
+        try:
+            model = build_model(
+                c.model_name, c.model, len(data.source_vocab), len(data.target_vocab)
+            )
+        except ValueError as error:
+            raise ConfigError(f"model: {error}") from None
+        return model.to(self.device)
+
+    def _autocast(self) -> Any:
+        enabled = self.config.train.bf16
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled)
+
+    def _batches(self, data: Data, epoch: int) -> list[list[int]]:
+        t = self.config.train
+        rng = random.Random(t.seed * 1_000_003 + epoch)  # the same order when resumed
+        lengths = [(len(s), len(g)) for s, g in data.train]
+        return plan_batches(lengths, t.batch_size, t.batch_by, t.bucketing, rng)
+
+    def _payload(
+        self, model: Model, optimizer: Any, schedule: Schedule, data: Data, progress: Progress
+    ) -> dict[str, Any]:
+        rng = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return {
+            "model_name": self.config.model_name,
+            "config": configuration.resolved(self.config),
+            "model": model.state_dict(),
+            "vocab": {"source": data.source_vocab.symbols, "target": data.target_vocab.symbols},
+            "sides": data.prepared.sides,
+            "subwords": _subword_models(data.prepared),
+            "training": {
+                "optimizer": optimizer.state_dict(),
+                "schedule": schedule.state_dict(),
+                "rng": rng,
+                "progress": asdict(progress),
+            },
+            "versions": versions(),
+        }
+
+    # ------------------------------------------------------------- evaluation
+
+    def dev_loss(self, model: Model, pairs: list[tuple[list[int], list[int]]]) -> float:
+        """Teacher-forced negative log-likelihood per target token."""
+        model.eval()
+        total, count = 0.0, 0
+        lengths = [(len(s), len(t)) for s, t in pairs]
+        with torch.inference_mode(), self._autocast():
+            for chunk in plan_batches(lengths, self.config.train.dev_batch_size, bucketing=True):
+                batch = collate([pairs[i][0] for i in chunk], [pairs[i][1] for i in chunk]).to(
+                    self.device
+                )
+                tokens_ = int(batch.target_mask.sum())
+                total += float(model.loss(batch, model(batch))["nll"]) * tokens_
+                count += tokens_
+        model.train()
+        return total / max(count, 1)
+
+    def evaluate(
+        self, model: Model, data: Data, evalset: EvalSet
+    ) -> tuple[dict[str, float], list[list[str]]]:
+        """Decode the distinct sources and score them: (scores, output symbols)."""
+        d = self.config.decode
+        sources = [data.source_vocab.encode(s) for s in evalset.sources]
+        with self._autocast():
+            hyps = decode_all(
+                model,
+                sources,
+                self.device,
+                self.config.train.dev_batch_size,
+                d.beam,
+                d.length_penalty,
+                1,
+                d.max_output_length,
+            )
+        outputs = [data.target_vocab.decode(h[0].tokens) for h in hyps]
+        return score_outputs(
+            outputs, evalset.references, data.prepared.sides["target"], self.metrics
+        ), outputs
+
+    # ------------------------------------------------------------------- loop
+
+    def run(self) -> dict[str, Any]:
+        c, t = self.config, self.config.train
+        start_time = time.perf_counter()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        state: dict[str, Any] | None = None
+        if self.resume:
+            state = checkpoint.load(self.run_dir / checkpoint.LAST)
+            if "training" not in state:
+                raise TransduceError(f"{state['path']}: has no training state to resume from")
+        atomic_write_text(self.run_dir / "config.yaml", _yaml(configuration.resolved(c)))
+        if t.threads:
+            torch.set_num_threads(t.threads)
+        keep_large_blocks_out_of_the_heap()
+        vocabs = (
+            (Vocab(state["vocab"]["source"]), Vocab(state["vocab"]["target"])) if state else None
+        )
+        data = self.load_data(vocabs)
+        torch.manual_seed(t.seed)
+        model = self._model(data)
+        optimizer = _adam(model, t.optimizer)
+        schedule = Schedule(t.schedule, optimizer, t.optimizer.lr)
+        progress = Progress()
+        if state is not None:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["training"]["optimizer"])
+            schedule.load_state_dict(state["training"]["schedule"])
+            progress = Progress(**state["training"]["progress"])
+            progress.stop = None
+            torch.set_rng_state(state["training"]["rng"]["torch"])
+            if "cuda" in state["training"]["rng"] and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(state["training"]["rng"]["cuda"])
+            self.reporter.message(f"resuming at update {progress.update}, epoch {progress.epoch}")
+        lower_is_better = not get_metric(t.select_on).higher_is_better
+        total = t.max_updates
+        if total is None and t.max_epochs is not None:
+            total = t.max_epochs * len(self._batches(data, 0))
+        self.reporter.start(total, progress.update)
+        clock = time.perf_counter() - progress.elapsed
+
+        def out_of_time() -> bool:
+            return t.max_minutes is not None and time.perf_counter() - clock >= 60 * t.max_minutes
+
+        model.train()
+        while progress.stop is None:
+            if t.max_epochs is not None and progress.epoch >= t.max_epochs:
+                progress.stop = f"reached max_epochs ({t.max_epochs})"
+                break
+            batches = self._batches(data, progress.epoch)
+            while progress.batch < len(batches):
+                indices = batches[progress.batch]
+                tick = time.perf_counter()
+                progress.update += 1
+                loss = self.update(model, optimizer, schedule, data, indices, progress.update)
+                progress.batch += 1
+                progress.loss_sum += loss
+                progress.loss_updates += 1
+                progress.examples += len(indices)
+                progress.train_seconds += time.perf_counter() - tick
+                rate = progress.examples / max(progress.train_seconds, 1e-9)
+                epoch_float = progress.epoch + progress.batch / len(batches)
+                self.reporter.update(
+                    progress.update,
+                    progress.epoch + 1,
+                    progress.loss_sum / progress.loss_updates,
+                    rate,
+                )
+                if progress.batch == len(batches):
+                    progress.epoch += 1
+                    progress.batch = 0
+                    at_epoch_end = True
+                else:
+                    at_epoch_end = False
+                due = (
+                    t.validate_every is not None and progress.update % t.validate_every == 0
+                ) or (t.validate_every is None and at_epoch_end)
+                if t.max_updates is not None and progress.update >= t.max_updates:
+                    progress.stop = f"reached max_updates ({t.max_updates})"
+                elif out_of_time():
+                    progress.stop = f"reached max_minutes ({t.max_minutes})"
+                if due or progress.stop is not None:
+                    progress.elapsed = time.perf_counter() - clock
+                    self._validate(
+                        model, optimizer, schedule, data, progress, epoch_float, lower_is_better
+                    )
+                if progress.stop is not None or at_epoch_end:
+                    break
+        if progress.last_validation != progress.update:  # stopped between validations
+            progress.elapsed = time.perf_counter() - clock
+            self._validate(
+                model, optimizer, schedule, data, progress, float(progress.epoch), lower_is_better
+            )
+        self.reporter.stop()
+        self.reporter.message(f"stopped: {progress.stop}")
+        return self._finish(model, data, progress, time.perf_counter() - start_time)
+
+    def update(
+        self,
+        model: Model,
+        optimizer: Any,
+        schedule: Schedule,
+        data: Data,
+        indices: list[int],
+        number: int,
+    ) -> float:
+        """One update on the training examples `indices`; returns the loss."""
+        t = self.config.train
+        batch = collate(
+            [data.train[i][0] for i in indices], [data.train[i][1] for i in indices]
+        ).to(self.device)
+        schedule.before_update(number)
+        with self._autocast():
+            losses = model.loss(batch, model(batch), self.config.loss.label_smoothing)
+        optimizer.zero_grad(set_to_none=True)
+        losses["loss"].backward()
+        if t.clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
+        optimizer.step()
+        return losses["loss"].item()
+
+    def _validate(
+        self,
+        model: Model,
+        optimizer: Any,
+        schedule: Schedule,
+        data: Data,
+        progress: Progress,
+        epoch: float,
+        lower_is_better: bool,
+    ) -> None:
+        t = self.config.train
+        dev_loss = self.dev_loss(model, data.dev)
+        scores, _ = self.evaluate(model, data, data.dev_eval)
+        score = scores[t.select_on]
+        improved = progress.best_score is None or (
+            score < progress.best_score if lower_is_better else score > progress.best_score
+        )
+        entry = {
+            "update": progress.update,
+            "epoch": round(epoch, 4),
+            "train_loss": progress.loss_sum / max(progress.loss_updates, 1),
+            "dev_loss": dev_loss,
+            "dev_scores": scores,
+            "lr": schedule.lr,
+            "elapsed": progress.elapsed,
+            "examples_per_s": progress.examples / max(progress.train_seconds, 1e-9),
+        }
+        progress.history.append(entry)
+        progress.loss_sum, progress.loss_updates = 0.0, 0
+        progress.examples, progress.train_seconds = 0, 0.0
+        progress.last_validation = progress.update
+        if improved:
+            progress.best_score, progress.best_update, progress.bad_validations = (
+                score,
+                progress.update,
+                0,
+            )
+        else:
+            progress.bad_validations += 1
+            if (
+                t.patience is not None
+                and progress.bad_validations >= t.patience
+                and progress.stop is None
+            ):
+                progress.stop = f"no better dev {t.select_on} in {t.patience} validations"
+        monitored = dev_loss if t.schedule.monitor == "loss" else score
+        if (
+            schedule.after_validation(monitored, lower_is_better or t.schedule.monitor == "loss")
+            and progress.stop is None
+        ):
+            progress.stop = f"learning rate under min_lr ({t.schedule.min_lr})"
+        payload = self._payload(model, optimizer, schedule, data, progress)
+        checkpoint.save(self.run_dir / checkpoint.LAST, payload)
+        if improved:
+            checkpoint.save(self.run_dir / checkpoint.BEST, payload)
+        self.reporter.validation(entry)
+
+    def _finish(self, model: Model, data: Data, progress: Progress, wall: float) -> dict[str, Any]:
+        best = checkpoint.load(self.run_dir / checkpoint.BEST)
+        model.load_state_dict(best["model"])
+        test_scores = None
+        if data.test_eval is not None:
+            test_scores, outputs = self.evaluate(model, data, data.test_eval)
+            by_source = dict(zip(data.test_eval.sources, outputs))
+            side = data.prepared.sides["target"]
+            lines = [
+                tokens.detokenize(by_source[p.source], side) for p in data.prepared.splits["test"]
+            ]
+            atomic_write_text(
+                self.run_dir / "test.predictions", "".join(line + "\n" for line in lines)
+            )
+        manifest = data.prepared.directory / "manifest.json"
+        report = {
+            "schema": REPORT_SCHEMA,
+            "config": configuration.resolved(self.config),
+            "data": {
+                "directory": str(data.prepared.directory),
+                "manifest_sha256": sha256_file(manifest),
+                "outputs": {
+                    k: v.get("sha256") for k, v in data.prepared.manifest["outputs"].items()
+                },
+                "train_examples": len(data.train),
+                "train_examples_too_long": data.skipped_long,
+                "dev_sources": len(data.dev_eval.sources),
+                "test_sources": None if data.test_eval is None else len(data.test_eval.sources),
+            },
+            "vocab": {"source": len(data.source_vocab), "target": len(data.target_vocab)},
+            "parameters": model.parameter_count(),
+            "device": str(self.device),
+            "threads": torch.get_num_threads(),
+            "history": progress.history,
+            "best": {
+                "update": progress.best_update,
+                "metric": self.config.train.select_on,
+                "score": progress.best_score,
+            },
+            "test": test_scores,
+            "stop": progress.stop,
+            "updates": progress.update,
+            "epochs": progress.epoch,
+            "wall_seconds": wall,
+            "versions": versions(),
+        }
+        write_json(self.run_dir / "train.json", report)
+        return report
+
+
+def keep_large_blocks_out_of_the_heap(threshold: int = 8 << 20) -> bool:
+    """Serve allocations of `threshold` bytes or more with mmap (glibc only).
+
+    glibc raises its mmap threshold each time a large block is freed, so after a few
+    batches big tensors come from the heap, whose freed space fragments and stays resident
+    with batches of varying shapes. A fixed threshold returns them to the system when freed:
+    measured on LSTM batches of 256, peak RSS 0.99 -> 0.90 GB at the same speed (a 4 MB
+    threshold saves more but costs 10-20% speed). Returns whether it took effect.
+    """
+    if sys.platform != "linux":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(-3, threshold))  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        return False
+
+
+def _adam(model: Model, c: configuration.OptimizerConfig) -> torch.optim.Adam:
+    """Adam; its fused kernel where PyTorch has one (5x faster than the loop on the CPU)."""
+    kwargs = {"lr": c.lr, "betas": tuple(c.betas), "eps": c.eps, "weight_decay": c.weight_decay}
+    try:
+        return torch.optim.Adam(model.parameters(), fused=True, **kwargs)
+    except (RuntimeError, ValueError):
+        return torch.optim.Adam(model.parameters(), **kwargs)
+
+
+def score_outputs(
+    outputs: Sequence[Sequence[str]],
+    references: Sequence[Sequence[Sequence[str]]],
+    side: dict[str, Any],
+    metrics: Sequence[str],
+) -> dict[str, float]:
+    """Score output symbols against reference symbols as `transduce score` would score the
+    printed text: both turned into the target's own text, then cut by its unit."""
+    hyps = [tokens.detokenize(o, side) for o in outputs]
+    refs = [[tokens.detokenize(r, side) for r in alts] for alts in references]
+    unit = tokens.CHAR if side.get("unit") == tokens.CHAR else tokens.SYMBOL
+    corpus = Corpus(hyps, refs, unit)
+    return {name: get_metric(name, unit=unit).score(corpus).value for name in metrics}
+
+
+def _subword_models(prepared: Prepared) -> dict[str, Any]:
+    """The BPE model files of the data, embedded so a checkpoint decodes raw text alone."""
+    models = {}
+    for side in ("source", "target"):
+        spec = prepared.sides.get(side, {})
+        if spec.get("unit") == tokens.SUBWORD and spec.get("model"):
+            path = prepared.directory / spec["model"]
+            models[side] = {
+                "library": spec["library"],
+                "name": spec["model"],
+                "data": path.read_bytes(),
+            }
+    return models
+
+
+def _yaml(data: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
