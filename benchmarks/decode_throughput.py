@@ -1,12 +1,14 @@
 """Decoding throughput (words/s) on the CMUdict test split, greedy and beam 5, batch 256.
 
 Decodes with checkpoints given by `--lstm` and `--transformer` (run directories or .pt
-files). Without them it first trains each model briefly (`--train-updates`, bf16 batch 128
-for the LSTM) so that outputs have realistic lengths: an untrained model runs every
-hypothesis to its length limit. The shapes are those of ../shared/BENCHMARKS.md (LSTM:
-embeddings 200, encoder 2 x 400, decoder 400; transformer: 4 + 4 layers, d 256, 4 heads,
-ff 1024). Words are the test split's distinct words (12,605 for the embedded CMUdict).
-Prints one JSON line with the median of `--repeats` timings, 2 threads.
+files). Without them it first trains each model briefly (batches of 128: `--train-updates`
+updates for the LSTM in bf16, twice as many for the transformer) so that outputs have
+realistic lengths: an untrained model runs every hypothesis to its length limit. A model
+trained with bf16 decodes with bf16 autocast, as `transduce decode` does. The shapes are
+those of ../shared/BENCHMARKS.md (LSTM: embeddings 200, encoder 2 x 400, decoder 400;
+transformer: 4 + 4 layers, d 256, 4 heads, ff 1024). Words are the test split's distinct
+words (12,605 for the embedded CMUdict). Prints one JSON line with the median of
+`--repeats` timings, 2 threads.
 
     python benchmarks/decode_throughput.py [--lstm RUN] [--transformer RUN] [--repeats 3]
 """
@@ -104,7 +106,8 @@ def main() -> None:
             times = []
             for _ in range(args.repeats):
                 start = time.perf_counter()
-                decode_all(transducer.model, ids, "cpu", 256, beam)
+                with transducer.autocast():
+                    decode_all(transducer.model, ids, "cpu", 256, beam)
                 times.append(time.perf_counter() - start)
             rate = len(words) / statistics.median(times)
             peer = PEER[(family, beam)]

@@ -34,8 +34,17 @@ class Prediction:
 
 
 class Transducer:
-    def __init__(self, model: Model, payload: dict[str, Any], device: torch.device) -> None:
+    """A model with its vocabularies and data specs.
+
+    Args:
+        bf16: Decode under bfloat16 autocast; None: as the model was trained (`train.bf16`).
+    """
+
+    def __init__(
+        self, model: Model, payload: dict[str, Any], device: torch.device, bf16: bool | None = None
+    ) -> None:
         self.model, self.payload, self.device = model, payload, device
+        self.bf16 = payload["config"]["train"].get("bf16", False) if bf16 is None else bf16
         self.source_vocab = Vocab(payload["vocab"]["source"])
         self.target_vocab = Vocab(payload["vocab"]["target"])
         self.sides = payload["sides"]
@@ -43,7 +52,9 @@ class Transducer:
         self.unknown = 0  # input symbols not in the vocabulary, so far
 
     @classmethod
-    def from_checkpoint(cls, payload: dict[str, Any], device: str = "cpu") -> Transducer:
+    def from_checkpoint(
+        cls, payload: dict[str, Any], device: str = "cpu", bf16: bool | None = None
+    ) -> Transducer:
         try:
             config = configuration.parse(payload["config"], payload.get("path", "checkpoint"))
             model = build_model(
@@ -64,7 +75,11 @@ class Transducer:
             if device == "auto"
             else device
         )
-        return cls(model.to(resolved).eval(), payload, resolved)
+        return cls(model.to(resolved).eval(), payload, resolved, bf16)
+
+    def autocast(self) -> Any:
+        """The precision context decoding runs in."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
     # --------------------------------------------------------------- tokenizing
 

@@ -49,6 +49,14 @@ def decode_command(
         typer.Option(help="Output limit in symbols [default: 2 x input + 10].", show_default=False),
     ] = None,
     device: Annotated[Device, typer.Option(help="cpu, cuda or auto.")] = CPU,
+    bf16: Annotated[
+        bool | None,
+        typer.Option(
+            "--bf16/--no-bf16",
+            help="bfloat16 autocast [default: as the model was trained].",
+            show_default=False,
+        ),
+    ] = None,
     report: Annotated[
         str | None,
         typer.Option(help="Write a JSON report (options, counts, words/s).", show_default=False),
@@ -69,7 +77,7 @@ def decode_command(
     if nbest > beam:
         raise ConfigError(f"--nbest ({nbest}) cannot exceed --beam ({beam})")
     payload = checkpoint.load(model)
-    transducer = Transducer.from_checkpoint(payload, device.value)
+    transducer = Transducer.from_checkpoint(payload, device.value, bf16)
     lines = decode_lines(read_bytes(input), display(input))[0]
     start = time.perf_counter()
     predictions = transducer.transduce(
@@ -110,6 +118,7 @@ def decode_command(
                     "batch_size": batch_size,
                     "max_output_length": max_output_length,
                     "device": str(transducer.device),
+                    "bf16": transducer.bf16,
                 },
                 "lines": len(lines),
                 "empty_lines": len(lines) - decoded,

@@ -72,3 +72,40 @@ class BiLSTM(nn.Module):
             behind = behind.gather(1, index.expand_as(behind))  # back in order
             x = torch.cat([ahead, behind], dim=-1)  # B x S x 2H
         return x
+
+
+def lstm_step(
+    lstm: nn.LSTM, x: Tensor, h: Tensor, c: Tensor, drop: nn.Module | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One time step of a unidirectional `nn.LSTM`, computed with its own weights.
+
+    The fused LSTM kernel prepares itself for every input shape, which dominates a decoder
+    step whose batch shrinks as sentences finish (measured: 19 ms a call against ~1 ms);
+    one step is two small matrix products and the gates.
+
+    Args:
+        lstm: The module whose weights to use.
+        x: B x E, the input of the step.
+        h, c: B x L x H, the states of the L layers.
+        drop: Applied between layers (as the module's own dropout is, in training).
+
+    Returns:
+        The top layer's output B x H and the new states B x L x H.
+    """
+    hs, cs = [], []
+    for layer in range(lstm.num_layers):
+        if layer and drop is not None:
+            x = drop(x)
+        gates = torch.addmm(
+            getattr(lstm, f"bias_ih_l{layer}"), x, getattr(lstm, f"weight_ih_l{layer}").t()
+        ) + torch.addmm(
+            getattr(lstm, f"bias_hh_l{layer}"),
+            h[:, layer],
+            getattr(lstm, f"weight_hh_l{layer}").t(),
+        )  # B x 4H: input, forget, cell, output gates
+        i, f, g, o = gates.chunk(4, dim=1)
+        cell = torch.sigmoid(f) * c[:, layer] + torch.sigmoid(i) * torch.tanh(g)  # B x H
+        x = torch.sigmoid(o) * torch.tanh(cell)  # B x H
+        hs.append(x)
+        cs.append(cell)
+    return x, torch.stack(hs, dim=1), torch.stack(cs, dim=1)  # B x H, B x L x H, B x L x H

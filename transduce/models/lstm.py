@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from transduce.data.batching import Batch
 from transduce.models.base import Model, Seq2SeqOutput, State, Step, masked_softmax, register
-from transduce.models.layers import BiLSTM, Dropout
+from transduce.models.layers import BiLSTM, Dropout, lstm_step
 from transduce.special import PAD_ID
 
 
@@ -185,12 +185,19 @@ class LSTMModel(Model):
         )
 
     def _initial(self, batch: Batch, memory: Tensor, keys: Tensor) -> State:
+        """The decoding state. S of eq. (9) is split as S (h ⊕ c) = S_h h + S_c c, and since
+        c = sum_j alpha_j h_j, S_c c = sum_j alpha_j (S_c h_j): the encoder states are
+        projected through S_c once here, and a step only mixes the projections."""
         c = self.config
+        memory = memory.float()  # steps run in float32 (see `step`)
         size = batch.source.shape[0]
         zeros = memory.new_zeros(size, c.decoder_layers, c.decoder_size)  # B x L x H
+        with torch.autocast(memory.device.type, enabled=False):
+            weight = self.combine.weight[:, c.decoder_size :]  # S_c
+            projected = torch.matmul(memory, weight.t())  # B x S x d_s
         state = {
-            "memory": memory,
-            "keys": keys,
+            "projected": projected,
+            "keys": keys.float(),
             "mask": batch.source_mask,
             "h": zeros,
             "c": zeros.clone(),
@@ -200,22 +207,29 @@ class LSTMModel(Model):
         return state
 
     def init_state(self, batch: Batch) -> State:
-        memory, keys = self.encode(batch)
-        return self._initial(batch, memory, keys)
+        memory, keys = self.encode(batch)  # under autocast: in its lower precision
+        return self._initial(batch, memory.float(), keys.float())
 
     def step(self, state: State, previous: Tensor) -> Step:
+        # A decoder step works on a few hundred rows, too few for bfloat16 kernels to pay
+        # for the casts that autocast would add at every step: steps run in float32 (the
+        # encoder, one big batched computation, keeps any autocast).
+        with torch.autocast(previous.device.type, enabled=False):
+            return self._step(state, previous)
+
+    def _step(self, state: State, previous: Tensor) -> Step:
         embedded = self.drop(self.target_embedding(previous))  # B x E
         if self.config.input_feeding:
             embedded = torch.cat([embedded, state["feed"]], dim=-1)  # B x (E + d_s), eq. (14)
-        hidden = (
-            state["h"].transpose(0, 1).contiguous(),
-            state["c"].transpose(0, 1).contiguous(),
-        )  # L x B x H
-        output, (h, c) = self.decoder(embedded.unsqueeze(1), hidden)  # B x 1 x H
-        alpha, combined, log_probs = self._attend(
-            self.drop(output), state["memory"], state["keys"], state["mask"]
-        )
-        new = dict(state, h=h.transpose(0, 1), c=c.transpose(0, 1))  # B x L x H
+        output, h, c = lstm_step(self.decoder, embedded, state["h"], state["c"], self.drop)  # B x H
+        output = self.drop(output)
+        scores = self.attention.scores(output.unsqueeze(1), state["keys"])  # B x 1 x S
+        alpha = masked_softmax(scores, state["mask"].unsqueeze(1))  # B x 1 x S, eq. (6)
+        mixed = torch.bmm(alpha, state["projected"]).squeeze(1)  # B x d_s: S_c c, eqs. (9), (13)
+        weight = self.combine.weight[:, : self.config.decoder_size]  # S_h
+        combined = torch.tanh(torch.addmm(self.combine.bias, output, weight.t()) + mixed)  # B x d_s
+        log_probs = torch.log_softmax(self.output(self.drop(combined)), dim=-1)  # B x V, eq. (8)
+        new = dict(state, h=h, c=c)  # B x L x H
         if self.config.input_feeding:
-            new["feed"] = combined[:, 0]  # B x d_s
-        return Step(log_probs[:, 0], alpha, new)  # B x V, B x 1 x S
+            new["feed"] = combined  # B x d_s
+        return Step(log_probs, alpha, new)  # B x V, B x 1 x S
