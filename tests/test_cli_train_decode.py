@@ -166,3 +166,30 @@ def test_pipeline_in_subprocesses(tmp_path: Path):
     )
     assert pipeline.returncode == 0, pipeline.stderr
     assert 0 <= json.loads(pipeline.stdout)["scores"]["wer"]["value"] <= 100
+
+
+def test_decode_inflection_input(run, tmp_path: Path, data: Path):
+    """A sigmorphon model reads lemma<TAB>tags and writes the form as joined characters."""
+    from transduce import config as configuration
+    from transduce.training import Trainer
+
+    inputs = {"train": [data / "english-train-sample"], "test": [data / "english-dev-sample"]}
+    from transduce.data.prepare import PrepareRequest, prepare
+
+    prepare(PrepareRequest("sigmorphon", tmp_path / "p", inputs=inputs, dev_ratio=0.2))
+    data_recipe = recipe(tmp_path / "p", TINY_LSTM, max_updates=5)
+    Trainer(configuration.parse(data_recipe), tmp_path / "run").run()
+    result = run(
+        "decode",
+        tmp_path / "run",
+        "--max-output-length",
+        "4",
+        input="walk\tV;PST\n\nrun\tV;V.PTCP;PRS\n",
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.split("\n")
+    assert len(lines) == 4 and lines[1] == "" and all(" " not in line for line in lines)
+    assert all(len(line) <= 4 for line in lines)
+    one_line_error(
+        run("decode", tmp_path / "run", input="walk\n"), "<stdin>:1:", "expected lemma<TAB>tags"
+    )
