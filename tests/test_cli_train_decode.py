@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from .conftest import transduce_env
@@ -95,14 +96,15 @@ def test_decode_nbest_tsv_and_report(run, trained: Path, tmp_path: Path):
         "2",
         "--report",
         tmp_path / "r.json",
-        input="abc\ndd\n",
+        input="abc\n\ndd\n",
     )
     lines = [line.split("\t") for line in result.stdout.splitlines()]
-    assert [line[0] for line in lines] == ["1", "1", "2", "2"]
+    assert [line[0] for line in lines] == ["1", "1", "2", "3", "3"]
+    assert lines[2] == ["2", "", ""]  # an empty input line: one line, empty
     assert lines[0][1] == "c b a" and float(lines[0][2]) >= float(lines[1][2])
     report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
     assert (
-        report["lines"] == 2 and report["options"]["beam"] == 3 and report["words_per_second"] > 0
+        report["lines"] == 3 and report["options"]["beam"] == 3 and report["words_per_second"] > 0
     )
     prepared_test = next(trained.parent.glob("reverse-prepared")) / "test.tsv"
     result = run("decode", trained, prepared_test, "--input-format", "tsv")
@@ -113,6 +115,24 @@ def test_decode_nbest_tsv_and_report(run, trained: Path, tmp_path: Path):
     assert len(outputs) == len(sources)
     right = sum(o == " ".join(reversed(s.split(" "))) for o, s in zip(outputs, sources))
     assert right >= 0.8 * len(sources)
+
+
+def test_decode_runs_in_the_precision_asked_for(trained: Path):
+    from transduce import checkpoint
+    from transduce.inference import Transducer
+
+    seen = []
+    for bf16 in (True, False, None):  # None: as trained (float32 here)
+        transducer = Transducer.from_checkpoint(checkpoint.load(trained), "cpu", bf16)
+        encode = transducer.model.init_state
+
+        def spy(batch, encode=encode):
+            seen.append(torch.is_autocast_enabled("cpu"))
+            return encode(batch)
+
+        transducer.model.init_state = spy
+        assert transducer.transduce(["abc"])[0].texts
+    assert seen == [True, False, False]
 
 
 def test_decode_errors(run, trained: Path, tmp_path: Path):

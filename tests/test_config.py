@@ -54,6 +54,29 @@ def test_every_problem_is_reported_together():
     assert "\n" not in message
 
 
+def test_type_and_value_problems_of_one_section_come_together():
+    data = minimal(train={"seed": "x", "batch_size": 0, "clip_norm": 0, "max_minutes": 0})
+    data["data"] = {"format": "tsvx"}
+    data["model"] = "lstm"
+    with pytest.raises(ConfigError) as info:
+        configuration.parse(data)
+    message = str(info.value)
+    for fragment in (
+        "6 problems",
+        "train.seed: expected an integer, got 'x'",
+        "train.batch_size: must be at least 1, not 0",
+        "train.clip_norm: must be positive",
+        "train.max_minutes: must be positive",
+        "data.format: unknown format 'tsvx'",
+        "model: expected a mapping with a name, got 'lstm'",
+    ):
+        assert fragment in message, fragment
+    with pytest.raises(ConfigError, match="data.options: .*not an option of the tsv format"):
+        configuration.parse(minimal(data={"format": "tsv", "options": {"bogus": 1}}))
+    with pytest.raises(ConfigError, match="model.name: unknown model"):
+        configuration.parse(minimal(model={"name": ["lstm"]}))
+
+
 def test_model_rules_and_names():
     with pytest.raises(
         ConfigError, match="model.name: unknown model 'rnn' .valid: lstm, transformer"

@@ -12,6 +12,7 @@ from transduce.decoding import beam_search, decode_all, greedy
 from transduce.models import build_model
 from transduce.models.lstm import LSTMConfig
 from transduce.models.transformer import TransformerConfig
+from transduce.special import EOS_ID
 
 MODELS = {
     "lstm": LSTMConfig(embedding_dim=8, encoder_size=6, decoder_size=7),
@@ -76,3 +77,25 @@ def test_decode_all_keeps_the_input_order(model):
     together = decode_all(model, data, batch_size=7)
     alone = [decode_all(model, [s], batch_size=1)[0] for s in data[:10]]
     assert [h[0].tokens for h in together[:10]] == [h[0].tokens for h in alone]
+
+
+def test_outputs_stop_within_learned_positions():
+    """A transformer with learned positions never decodes past max_positions."""
+    torch.manual_seed(1)
+    config = TransformerConfig(
+        encoder_layers=1,
+        decoder_layers=1,
+        d_model=16,
+        heads=2,
+        feedforward=24,
+        positions="learned",
+        max_positions=6,
+        tie_embeddings="none",
+    )
+    model = build_model("transformer", config, 12, 12).eval()
+    with torch.no_grad():
+        model.output.bias[EOS_ID] = -1e4  # never ends by itself: runs to the limit
+    batch = collate([[5, 6, 7, 8, 9, 10]])  # default limit 2 x 6 + 10 = 22 > 6 positions
+    hyps = [greedy(model, batch)[0], *beam_search(model, batch, beam=3, nbest=3)[0]]
+    assert [len(h.tokens) for h in hyps] == [5, 5, 5, 5]
+    assert [len(h.tokens) for h in greedy(model, batch, max_output_length=50)] == [5]

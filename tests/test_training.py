@@ -61,6 +61,18 @@ def test_resume_ends_bit_identical(tasks, tmp_path: Path):
     ]
 
 
+def test_resume_after_the_stop_trains_no_further(tasks, tmp_path: Path):
+    data = recipe(tasks["copy"], TINY_LSTM, max_updates=7, validate_every=5)
+    first = train(tmp_path / "run", data)
+    before = checkpoint.load(tmp_path / "run" / checkpoint.LAST)["model"]
+    again = train(tmp_path / "run", data, resume=True)
+    assert first["updates"] == again["updates"] == 7
+    assert again["stop"] == "reached max_updates (7)"
+    assert len(again["history"]) == len(first["history"]) == 2
+    after = checkpoint.load(tmp_path / "run" / checkpoint.LAST)["model"]
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
 def test_checkpoints_and_report(tasks, tmp_path: Path):
     run = tmp_path / "run"
     report = train(run, recipe(tasks["copy"], TINY_LSTM, max_updates=30, validate_every=10))

@@ -16,15 +16,13 @@ tensors, so that loading it runs no pickled code:
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from transduce.errors import CheckpointError
+from transduce.io import atomic_binary
 
 FORMAT = "transduce.checkpoint/1"
 BEST, LAST = "best.pt", "last.pt"
@@ -32,16 +30,8 @@ BEST, LAST = "best.pt", "last.pt"
 
 def save(path: str | Path, payload: dict[str, Any]) -> None:
     """Write `payload` to a temporary file beside `path`, then rename it into place."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save({"format": FORMAT, **payload}, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with atomic_binary(Path(path)) as handle:
+        torch.save({"format": FORMAT, **payload}, handle)
 
 
 def load(path: str | Path) -> dict[str, Any]:

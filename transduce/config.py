@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -67,6 +68,15 @@ class DataConfig:
             )
         if self.prepared is not None and (self.train or self.dev or self.test or self.options):
             problems.append("prepared: `train`, `dev`, `test` and `options` go with `format`")
+        if self.format is not None:
+            from transduce.data.formats import get_format
+            from transduce.errors import TransduceError
+
+            try:
+                get_format(self.format, **self.options)
+            except (TransduceError, TypeError, ValueError) as error:
+                where = "format" if str(error).startswith("unknown format") else "options"
+                problems.append(f"{where}: {error}")
         return problems
 
 
@@ -150,7 +160,7 @@ class TrainConfig:
         problems += [
             f"{n}: must be positive"
             for n in ("max_minutes", "clip_norm")
-            if (getattr(self, n) or 1) <= 0
+            if getattr(self, n) is not None and getattr(self, n) <= 0
         ]
         if self.select_on not in METRICS:
             problems.append(
@@ -269,8 +279,9 @@ def _convert(value: Any, kind: Any, where: str, errors: list[str]) -> Any:
 def build(cls: type, data: Any, where: str, errors: list[str]) -> Any:
     """Build dataclass `cls` from a mapping, recording every problem in `errors`.
 
-    Returns None when the mapping has problems (all of them recorded); a well-typed
-    instance is then checked by its own `check()` (value rules), if it has one.
+    Returns None when the mapping has problems (all of them recorded). The value rules
+    of the class's `check()` run too, on the well-typed fields (the others take their
+    defaults for the check), so a wrong type and a bad value elsewhere show up together.
     """
     if data is None:
         data = {}
@@ -280,25 +291,37 @@ def build(cls: type, data: Any, where: str, errors: list[str]) -> Any:
     before = len(errors)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    values = {}
+    values, bad = {}, set()
     for key, value in data.items():
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f" (did you mean {close[0]}?)" if close else f" (valid: {', '.join(fields)})"
             errors.append(f"{where}.{key}: unknown key{hint}")
             continue
-        values[key] = _convert(value, hints[key], f"{where}.{key}", errors)
+        count = len(errors)
+        converted = _convert(value, hints[key], f"{where}.{key}", errors)
+        if len(errors) > count:
+            bad.add(key)
+        else:
+            values[key] = converted
     for name, f in fields.items():
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        if required and name not in values:
+        if _required(f) and name not in values and name not in bad:
             errors.append(f"{where}.{name}: required")
-    if len(errors) > before:
+    if any(name not in values for name, f in fields.items() if _required(f)):
         return None
     instance = cls(**values)
     check = getattr(instance, "check", None)
     if callable(check):
-        errors.extend(f"{where}.{problem}" for problem in check())
-    return instance
+        problems = check()
+        mentions = re.compile(r"\b(" + "|".join(map(re.escape, bad)) + r")\b") if bad else None
+        errors.extend(
+            f"{where}.{p}" for p in problems if mentions is None or not mentions.search(p)
+        )
+    return instance if len(errors) == before else None
+
+
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
 def to_dict(obj: Any) -> Any:
@@ -380,12 +403,17 @@ def parse(data: dict[str, Any], source: str = "config") -> Config:
     for key in unknown:
         errors.append(f"{key}: unknown section (valid: data, model, loss, train, decode)")
     sections = {name: build(cls, data.get(name), name, errors) for name, cls in SECTIONS.items()}
-    model_data = dict(data.get("model") or {})
+    raw_model = data.get("model")
+    if raw_model is not None and not isinstance(raw_model, dict):
+        errors.append(f"model: expected a mapping with a name, got {raw_model!r}")
+        raw_model = None
+    model_data = dict(raw_model or {})
     name = model_data.pop("name", None)
     model = None
     if name is None:
-        errors.append(f"model.name: required (valid: {', '.join(MODELS)})")
-    elif name not in MODELS:
+        if raw_model is not None or "model" not in data:
+            errors.append(f"model.name: required (valid: {', '.join(MODELS)})")
+    elif not isinstance(name, str) or name not in MODELS:
         errors.append(f"model.name: unknown model {name!r} (valid: {', '.join(MODELS)})")
     else:
         model = build(MODELS[name].Config, model_data, "model", errors)

@@ -32,10 +32,13 @@ class Hypothesis:
     normalized: float  # score / (len(tokens) + 1) ** length_penalty
 
 
-def _limits(batch: Batch, max_output_length: int | None) -> Tensor:
+def _limits(model: Model, batch: Batch, max_output_length: int | None) -> Tensor:
+    """Output length limits (symbols before EOS): given, or 2|x| + 10, within the model's."""
     if max_output_length is not None:
-        return torch.full((len(batch),), max_output_length, dtype=torch.long)
-    return batch.source_mask.sum(dim=1).cpu() * 2 + 10  # B
+        limits = torch.full((len(batch),), max_output_length, dtype=torch.long)
+    else:
+        limits = batch.source_mask.sum(dim=1).cpu() * 2 + 10  # B
+    return limits if model.max_length is None else limits.clamp(max=model.max_length - 1)
 
 
 def _step_log_probs(model: Model, state: dict, previous: Tensor) -> tuple[Tensor, dict]:
@@ -54,7 +57,7 @@ def _normalize(score: float, length: int, alpha: float) -> float:
 def greedy(model: Model, batch: Batch, max_output_length: int | None = None) -> list[Hypothesis]:
     """The most probable symbol at each step, for every sentence of the batch."""
     size = len(batch)
-    limits = _limits(batch, max_output_length)
+    limits = _limits(model, batch, max_output_length)
     state = model.init_state(batch)
     device = batch.source.device
     active = torch.arange(size)  # original rows still decoding
@@ -101,7 +104,7 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses of each sentence, best first."""
     size, width = len(batch), beam
-    limits = _limits(batch, max_output_length)
+    limits = _limits(model, batch, max_output_length)
     device = batch.source.device
     state = select_state(
         model.init_state(batch), torch.arange(size, device=device).repeat_interleave(width)

@@ -151,20 +151,31 @@ class Transducer:
             if not line.strip():
                 continue
             symbols = self.tokenize(line, number, path, input_format)
+            if not symbols:  # e.g. only a features column: nothing to transduce
+                continue
+            limit = self.model.max_length
+            if limit is not None and len(symbols) > limit:
+                raise DataError(
+                    f"{len(symbols)} input symbols, more than the model takes ({limit})",
+                    path,
+                    number,
+                    line,
+                )
             self.unknown += self.source_vocab.unknown(symbols)
             sources.append(self.source_vocab.encode(symbols))
             where.append(number - 1)
         predictions = [Prediction() for _ in lines]
-        decoded = decode_all(
-            self.model,
-            sources,
-            self.device,
-            batch_size,
-            beam,
-            length_penalty,
-            nbest,
-            max_output_length,
-        )
+        with self.autocast():
+            decoded = decode_all(
+                self.model,
+                sources,
+                self.device,
+                batch_size,
+                beam,
+                length_penalty,
+                nbest,
+                max_output_length,
+            )
         for index, hyps in zip(where, decoded):
             predictions[index] = self._prediction(hyps)
         return predictions

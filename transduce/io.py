@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from transduce.errors import DataError, TransduceError
 
@@ -138,11 +139,25 @@ def atomic_write_text(path: str | Path, text: str) -> None:
             handle.write(text)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_binary(path) as handle:
+        handle.write(text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def atomic_binary(path: Path) -> Iterator[BinaryIO]:
+    """A binary file object whose content replaces `path` when the block ends without error.
+
+    The data goes to a temporary file beside `path` (mode as the umask allows, not the
+    private mode of `mkstemp`), is flushed to disk, then renamed into place; on an error
+    the temporary file is removed and `path` is untouched.
+    """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; a report should not be
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -42,7 +42,11 @@ def _summary(entry: dict[str, Any]) -> str:
 
 
 class ConsoleReporter(Reporter):
-    """A progress bar when `console` is a terminal, else a summary line per validation."""
+    """A progress bar when `console` is a terminal, else a summary line per validation.
+
+    `quiet`: no bar and no messages, only the line per validation (the issue's "off with
+    --quiet, where one summary line per validation is printed instead").
+    """
 
     def __init__(self, console: Console, quiet: bool = False) -> None:
         self.console, self.quiet = console, quiet
@@ -73,10 +77,7 @@ class ConsoleReporter(Reporter):
     def validation(self, entry: dict[str, Any]) -> None:
         line = _summary(entry)
         self.last = " ".join(f"dev {k} {v:.2f}" for k, v in entry["dev_scores"].items())
-        if self.bar is not None:
-            self.bar.console.print(line, highlight=False)
-        elif not self.quiet:
-            self.console.print(line, highlight=False)
+        (self.bar.console if self.bar is not None else self.console).print(line, highlight=False)
 
     def message(self, text: str) -> None:
         if not self.quiet:

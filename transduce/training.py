@@ -363,11 +363,24 @@ class Trainer:
         def out_of_time() -> bool:
             return t.max_minutes is not None and time.perf_counter() - clock >= 60 * t.max_minutes
 
-        model.train()
-        while progress.stop is None:
+        def limit_reached() -> str | None:
+            """Why training must not go on (checked before every update, so a resumed run
+            that already met its limits stops at once)."""
             if t.max_epochs is not None and progress.epoch >= t.max_epochs:
-                progress.stop = f"reached max_epochs ({t.max_epochs})"
-                break
+                return f"reached max_epochs ({t.max_epochs})"
+            if t.max_updates is not None and progress.update >= t.max_updates:
+                return f"reached max_updates ({t.max_updates})"
+            if out_of_time():
+                return f"reached max_minutes ({t.max_minutes})"
+            if t.patience is not None and progress.bad_validations >= t.patience:
+                return f"no better dev {t.select_on} in {t.patience} validations"
+            if t.schedule.type == "plateau" and schedule.lr < t.schedule.min_lr:
+                return f"learning rate under min_lr ({t.schedule.min_lr})"
+            return None
+
+        model.train()
+        progress.stop = limit_reached()
+        while progress.stop is None:
             batches = self._batches(data, progress.epoch)
             while progress.batch < len(batches):
                 indices = batches[progress.batch]
@@ -396,17 +409,17 @@ class Trainer:
                 due = (
                     t.validate_every is not None and progress.update % t.validate_every == 0
                 ) or (t.validate_every is None and at_epoch_end)
-                if t.max_updates is not None and progress.update >= t.max_updates:
-                    progress.stop = f"reached max_updates ({t.max_updates})"
-                elif out_of_time():
-                    progress.stop = f"reached max_minutes ({t.max_minutes})"
+                progress.stop = limit_reached()
                 if due or progress.stop is not None:
                     progress.elapsed = time.perf_counter() - clock
                     self._validate(
                         model, optimizer, schedule, data, progress, epoch_float, lower_is_better
                     )
+                    progress.stop = progress.stop or limit_reached()
                 if progress.stop is not None or at_epoch_end:
                     break
+            if progress.stop is None:
+                progress.stop = limit_reached()
         if progress.last_validation != progress.update:  # stopped between validations
             progress.elapsed = time.perf_counter() - clock
             self._validate(
@@ -479,18 +492,8 @@ class Trainer:
             )
         else:
             progress.bad_validations += 1
-            if (
-                t.patience is not None
-                and progress.bad_validations >= t.patience
-                and progress.stop is None
-            ):
-                progress.stop = f"no better dev {t.select_on} in {t.patience} validations"
         monitored = dev_loss if t.schedule.monitor == "loss" else score
-        if (
-            schedule.after_validation(monitored, lower_is_better or t.schedule.monitor == "loss")
-            and progress.stop is None
-        ):
-            progress.stop = f"learning rate under min_lr ({t.schedule.min_lr})"
+        schedule.after_validation(monitored, lower_is_better or t.schedule.monitor == "loss")
         payload = self._payload(model, optimizer, schedule, data, progress)
         checkpoint.save(self.run_dir / checkpoint.LAST, payload)
         if improved:
@@ -540,7 +543,8 @@ class Trainer:
             "stop": progress.stop,
             "updates": progress.update,
             "epochs": progress.epoch,
-            "wall_seconds": wall,
+            "training_seconds": progress.elapsed,  # training and validation, all sessions
+            "wall_seconds": wall,  # this process: data, training, test decoding
             "versions": versions(),
         }
         write_json(self.run_dir / "train.json", report)

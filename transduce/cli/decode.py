@@ -38,7 +38,8 @@ def decode_command(
     ] = RAW,
     beam: Annotated[int, typer.Option(help="Beam size (1: greedy).")] = 1,
     length_penalty: Annotated[
-        float, typer.Option(help="Rank hypotheses by score / |Y|^ALPHA.")
+        float,
+        typer.Option(help="Rank hypotheses by score / |Y|^ALPHA (|Y| counts the end of sequence)."),
     ] = 0.0,
     nbest: Annotated[
         int, typer.Option(help="Hypotheses per input: N lines 'line<TAB>hypothesis<TAB>score'.")
@@ -95,6 +96,8 @@ def decode_command(
     for number, prediction in enumerate(predictions, 1):
         if nbest == 1:
             out.write((prediction.texts[0] if prediction.texts else "") + "\n")
+        elif not prediction.texts:  # an empty input line: one line, nothing in it
+            out.write(f"{number}\t\t\n")
         else:
             for text, score in zip(prediction.texts, prediction.scores):
                 out.write(f"{number}\t{text}\t{score:.6f}\n")

@@ -62,6 +62,14 @@ class Model(nn.Module, ABC):
     def attention_names(self) -> list[str]:
         """The K attention mechanisms, e.g. ["decoder.1.head.1", ...] or ["attention"]."""
 
+    @property
+    def max_length(self) -> int | None:
+        """How many positions a source, or a decoder input (BOS and the output), can have.
+
+        None: no limit. Decoding stops outputs at `max_length - 1` symbols.
+        """
+        return None
+
     @abstractmethod
     def forward(self, batch: Batch) -> Seq2SeqOutput:
         """Teacher-forced log-probabilities and cross-attention."""

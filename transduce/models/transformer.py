@@ -281,6 +281,10 @@ class TransformerModel(Model):
                 nn.init.zeros_(module.weight[PAD_ID])
 
     @property
+    def max_length(self) -> int | None:
+        return self.config.max_positions if self.config.positions == "learned" else None
+
+    @property
     def attention_names(self) -> list[str]:
         c = self.config
         return [
