@@ -1,8 +1,8 @@
 """Decoding throughput (words/s) on the CMUdict test split, greedy and beam 5, batch 256.
 
 Decodes with checkpoints given by `--lstm` and `--transformer` (run directories or .pt
-files). Without them it first trains each model briefly (batches of 128: `--train-updates`
-updates for the LSTM in bf16, twice as many for the transformer) so that outputs have
+files). Without them it first trains each model briefly (`--train-updates` updates: the
+LSTM in bf16 on batches of 128, the transformer in float32 on batches of 400) so that outputs have
 realistic lengths: an untrained model runs every hypothesis to its length limit. A model
 trained with bf16 decodes with bf16 autocast, as `transduce decode` does. The shapes are
 those of ../shared/BENCHMARKS.md (LSTM: embeddings 200, encoder 2 x 400, decoder 400;
@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -61,6 +62,7 @@ def train_briefly(family: str, prepared: str, updates: int) -> str:
     Trainer(
         configuration.parse({"data": {"prepared": prepared}, "model": model, "train": train}), run
     ).run()
+    print(f"trained {family}: {run} (reuse with --{family} {run})", file=sys.stderr)
     return str(run)
 
 

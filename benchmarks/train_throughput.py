@@ -69,9 +69,10 @@ def ours(prepared: str, row: str) -> float:
     import torch
 
     from transduce import config as configuration
-    from transduce.training import Schedule, Trainer, _adam
+    from transduce.training import Schedule, Trainer, _adam, keep_large_blocks_out_of_the_heap
 
     family, batch_size, updates, bf16 = ROWS[row]
+    keep_large_blocks_out_of_the_heap()  # as `Trainer.run` does
     data = {
         "data": {"prepared": prepared},
         "model": {
