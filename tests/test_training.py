@@ -139,3 +139,13 @@ def test_schedules():
     stops = [plateau.after_validation(v, lower_is_better=True) for v in (5, 4, 4, 4, 3, 3, 3)]
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
     assert stops == [False, False, False, False, False, False, True]
+
+
+def test_sequences_longer_than_learned_positions_are_a_config_error(tasks, tmp_path: Path):
+    model = {**TINY_TRANSFORMER, "positions": "learned", "max_positions": 4}  # words: 2-6
+    with pytest.raises(
+        TransduceError, match="train split has a sequence of 7 positions, more than the model"
+    ):
+        train(tmp_path / "run", recipe(tasks["copy"], model, max_updates=2))
+    data = recipe(tasks["copy"], {**model, "max_positions": 7}, max_updates=2)
+    assert train(tmp_path / "ok", data)["updates"] == 2

@@ -245,6 +245,25 @@ class Trainer:
             )
         except ValueError as error:
             raise ConfigError(f"model: {error}") from None
+        limit = model.max_length
+        if limit is not None:  # a sequence the model cannot take: say so before training
+            splits = {
+                "train": max(max(len(s), len(g) + 1) for s, g in data.train),  # + BOS
+                "dev": max(len(s) for s, _ in data.dev),
+                "test": max(map(len, data.test_eval.sources)) if data.test_eval else 0,
+            }
+            for split, longest in splits.items():
+                if longest > limit:
+                    hint = (
+                        "leave long training examples out with data.max_source_length "
+                        "and data.max_target_length"
+                        if split == "train"
+                        else f"shorten the {split} split"
+                    )
+                    raise ConfigError(
+                        f"model: the {split} split has a sequence of {longest} positions, more "
+                        f"than the model takes ({limit}): raise model.max_positions, or {hint}"
+                    )
         return model.to(self.device)
 
     def _autocast(self) -> Any:
