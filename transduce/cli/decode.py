@@ -47,14 +47,14 @@ def decode_command(
     batch_size: Annotated[int, typer.Option(help="Sentences per batch.")] = 256,
     max_output_length: Annotated[
         int | None,
-        typer.Option(help="Output limit in symbols [default: 2 x input + 10].", show_default=False),
+        typer.Option(help="Output limit in symbols (default: 2 x input + 10).", show_default=False),
     ] = None,
     device: Annotated[Device, typer.Option(help="cpu, cuda or auto.")] = CPU,
     bf16: Annotated[
         bool | None,
         typer.Option(
             "--bf16/--no-bf16",
-            help="bfloat16 autocast [default: as the model was trained].",
+            help="bfloat16 autocast (default: as the model was trained).",
             show_default=False,
         ),
     ] = None,
