@@ -7,6 +7,7 @@ import torch
 
 from transduce.data.batching import collate
 from transduce.models import MODELS, build_model
+from transduce.models.hard import HardAttentionConfig
 from transduce.models.layers import BiLSTM, Dropout
 from transduce.models.lstm import LSTMConfig
 from transduce.models.transformer import TransformerConfig
@@ -38,6 +39,43 @@ VARIANTS = {
         "lstm",
         LSTMConfig(
             embedding_dim=9, encoder_size=6, decoder_size=7, output_size=9, tie_embeddings=True
+        ),
+    ),
+    "lstm-feeding-linear-matched": (
+        "lstm",
+        LSTMConfig(
+            embedding_dim=8,
+            encoder_size=6,
+            decoder_size=7,
+            input_feeding=True,
+            feed_merge="linear",
+            match_parameters=True,
+        ),
+    ),
+    "hard-exact": (
+        "hard",
+        HardAttentionConfig(embedding_dim=8, encoder_size=6, decoder_size=7, encoder_layers=2),
+    ),
+    "hard-monotonic-mlp": (
+        "hard",
+        HardAttentionConfig(
+            embedding_dim=8, encoder_size=6, decoder_size=7, attention="mlp", monotonic=True
+        ),
+    ),
+    "hard-reinforce": (
+        "hard",
+        HardAttentionConfig(embedding_dim=8, encoder_size=6, decoder_size=7, estimator="reinforce"),
+    ),
+    "hard-reinforce-feeding": (
+        "hard",
+        HardAttentionConfig(
+            embedding_dim=8,
+            encoder_size=6,
+            decoder_size=7,
+            estimator="reinforce",
+            input_feeding=True,
+            decoder_layers=2,
+            samples=3,
         ),
     ),
     "transformer-pre": (

@@ -18,3 +18,6 @@ BOOTSTRAP_SEED = 12345
 CONFIDENCE = 0.95
 PARALLEL_MIN_LINES = 100_000  # from here on, edit distances run in worker processes
 PARALLEL_MAX_WORKERS = 8
+# hard attention: the largest B x T x S x d_s emission tensor computed at once in training;
+# beyond it, blocks of target steps are recomputed in the backward pass (128 MiB in float32)
+HARD_EMISSION_ELEMENTS = 1 << 25

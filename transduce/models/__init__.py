@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from transduce.models import lstm, transformer  # noqa: F401  (register the families)
+from transduce.models import hard, lstm, transformer  # noqa: F401  (register the families)
 from transduce.models.base import MODELS, Model, Seq2SeqOutput, State, Step, select_state
 from transduce.registry import lookup
 

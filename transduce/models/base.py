@@ -116,6 +116,11 @@ def register(cls: type[Model]) -> type[Model]:
     return cls
 
 
+def wide(x: Tensor) -> Tensor:
+    """float32, or float64 when it already is (a lower precision is widened to float32)."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     """Softmax over the last axis where `mask` is True (it broadcasts against scores)."""
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)

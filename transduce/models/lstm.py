@@ -25,7 +25,15 @@ import torch
 from torch import Tensor, nn
 
 from transduce.data.batching import Batch
-from transduce.models.base import Model, Seq2SeqOutput, State, Step, masked_softmax, register
+from transduce.models.base import (
+    Model,
+    Seq2SeqOutput,
+    State,
+    Step,
+    masked_softmax,
+    register,
+    wide,
+)
 from transduce.models.layers import BiLSTM, Dropout, lstm_step
 from transduce.special import PAD_ID
 
@@ -40,7 +48,14 @@ class LSTMConfig:
     attention: Literal["dot", "general", "mlp"] = "general"
     attention_size: int | None = None  # mlp only; default decoder_size
     input_feeding: bool = False
+    # how e(y_{i-1}) and c̄_{i-1} enter the decoder with input feeding: concatenated (eq. 14),
+    # or merged by a linear map to embedding_dim, so the decoder LSTM keeps its size (§8.2,
+    # system ①)
+    feed_merge: Literal["concat", "linear"] = "concat"
     output_size: int | None = None  # d_s of eq. (9); default decoder_size + 2 * encoder_size
+    # with input feeding: shrink d_s until the model has the parameter count it would have
+    # without input feeding (§8.2: system ① against ③; finding #5)
+    match_parameters: bool = False
     dropout: float = 0.4
     tie_embeddings: bool = False  # W of eq. (8) = the target embeddings (needs d_s = embedding_dim)
 
@@ -67,11 +82,35 @@ class LSTMConfig:
                 f"tie_embeddings: needs output_size = embedding_dim ({self.embedding_dim}), "
                 f"not {self.combined_size}"
             )
+        if self.match_parameters and not self.input_feeding:
+            problems.append("match_parameters: only applies with input_feeding: true")
+        if self.match_parameters and self.tie_embeddings:
+            problems.append("match_parameters: cannot shrink d_s while tie_embeddings fixes it")
         return problems
 
     @property
     def combined_size(self) -> int:
         return self.output_size or self.decoder_size + 2 * self.encoder_size
+
+
+def output_size(c: LSTMConfig, target_vocab: int) -> int:
+    """d_s of eq. (9) for a model of config `c`.
+
+    With `match_parameters`, the d_s at which the input-fed model has as many parameters as
+    the same model without input feeding at d_s0 = `combined_size`. The count is affine in
+    d_s: each unit of d_s costs a row of S (decoder + 2 * encoder + 1 with its bias) and a
+    column of W (V), plus, for input feeding, a column of the decoder's input weights
+    (4 * decoder_size) when concatenated, or a column of the merge map (embedding_dim, and a
+    fixed E x E + E) when merged linearly. Rounded to the nearest unit.
+    """
+    if not c.match_parameters:
+        return c.combined_size
+    per_unit = c.decoder_size + 2 * c.encoder_size + 1 + target_vocab
+    if c.feed_merge == "linear":
+        fixed, feed_unit = c.embedding_dim * c.embedding_dim + c.embedding_dim, c.embedding_dim
+    else:
+        fixed, feed_unit = 0, 4 * c.decoder_size
+    return max(1, round((c.combined_size * per_unit - fixed) / (per_unit + feed_unit)))
 
 
 class Attention(nn.Module):
@@ -107,7 +146,8 @@ class Attention(nn.Module):
 
 @register
 class LSTMModel(Model):
-    """Soft attention LSTM (Wu et al. 2018, systems ① with and ③ without input feeding)."""
+    """Soft attention LSTM (Wu et al. 2018): system ③ without input feeding; with it, system
+    U (concatenated, d_s = 3 d_h) or system ① (`feed_merge: linear`, `match_parameters`)."""
 
     name = "lstm"
     Config = LSTMConfig
@@ -119,7 +159,10 @@ class LSTMModel(Model):
         self.source_embedding = nn.Embedding(source_vocab, c.embedding_dim, padding_idx=PAD_ID)
         self.target_embedding = nn.Embedding(target_vocab, c.embedding_dim, padding_idx=PAD_ID)
         self.encoder = BiLSTM(c.embedding_dim, c.encoder_size, c.encoder_layers, c.dropout)
-        feed = c.combined_size if c.input_feeding else 0
+        self.d_s = output_size(c, target_vocab)
+        feed = self.d_s if c.input_feeding and c.feed_merge == "concat" else 0
+        if c.input_feeding and c.feed_merge == "linear":  # §8.2: [e ⊕ c̄] -> R^{d_e}
+            self.merge = nn.Linear(c.embedding_dim + self.d_s, c.embedding_dim)
         self.decoder = nn.LSTM(
             c.embedding_dim + feed,
             c.decoder_size,
@@ -130,8 +173,8 @@ class LSTMModel(Model):
         self.attention = Attention(
             c.attention, c.decoder_size, memory, c.attention_size or c.decoder_size
         )
-        self.combine = nn.Linear(c.decoder_size + memory, c.combined_size)  # S of eq. (9)
-        self.output = nn.Linear(c.combined_size, target_vocab)  # W of eq. (8)
+        self.combine = nn.Linear(c.decoder_size + memory, self.d_s)  # S of eq. (9)
+        self.output = nn.Linear(self.d_s, target_vocab)  # W of eq. (8)
         if c.tie_embeddings:
             self.output.weight = self.target_embedding.weight
         self.drop = Dropout(c.dropout)
@@ -189,7 +232,7 @@ class LSTMModel(Model):
         c = sum_j alpha_j h_j, S_c c = sum_j alpha_j (S_c h_j): the encoder states are
         projected through S_c once here, and a step only mixes the projections."""
         c = self.config
-        memory = memory.float()  # steps run in float32 (see `step`)
+        memory = wide(memory)  # steps run in float32 (see `step`)
         size = batch.source.shape[0]
         zeros = memory.new_zeros(size, c.decoder_layers, c.decoder_size)  # B x L x H
         with torch.autocast(memory.device.type, enabled=False):
@@ -197,18 +240,18 @@ class LSTMModel(Model):
             projected = torch.matmul(memory, weight.t())  # B x S x d_s
         state = {
             "projected": projected,
-            "keys": keys.float(),
+            "keys": wide(keys),
             "mask": batch.source_mask,
             "h": zeros,
             "c": zeros.clone(),
         }
         if c.input_feeding:
-            state["feed"] = memory.new_zeros(size, c.combined_size)  # B x d_s: c̄_0 = 0
+            state["feed"] = memory.new_zeros(size, self.d_s)  # B x d_s: c̄_0 = 0
         return state
 
     def init_state(self, batch: Batch) -> State:
         memory, keys = self.encode(batch)  # under autocast: in its lower precision
-        return self._initial(batch, memory.float(), keys.float())
+        return self._initial(batch, wide(memory), wide(keys))
 
     def step(self, state: State, previous: Tensor) -> Step:
         # A decoder step works on a few hundred rows, too few for bfloat16 kernels to pay
@@ -217,10 +260,15 @@ class LSTMModel(Model):
         with torch.autocast(previous.device.type, enabled=False):
             return self._step(state, previous)
 
+    def _feed(self, embedded: Tensor, state: State) -> Tensor:
+        """The decoder input: e(y_{i-1}) B x E, with input feeding joined with c̄_{i-1}."""
+        if not self.config.input_feeding:
+            return embedded
+        joined = torch.cat([embedded, state["feed"]], dim=-1)  # B x (E + d_s), eq. (14)
+        return self.merge(joined) if self.config.feed_merge == "linear" else joined
+
     def _step(self, state: State, previous: Tensor) -> Step:
-        embedded = self.drop(self.target_embedding(previous))  # B x E
-        if self.config.input_feeding:
-            embedded = torch.cat([embedded, state["feed"]], dim=-1)  # B x (E + d_s), eq. (14)
+        embedded = self._feed(self.drop(self.target_embedding(previous)), state)  # B x E'
         output, h, c = lstm_step(self.decoder, embedded, state["h"], state["c"], self.drop)  # B x H
         output = self.drop(output)
         scores = self.attention.scores(output.unsqueeze(1), state["keys"])  # B x 1 x S
