@@ -79,7 +79,7 @@ def test_type_and_value_problems_of_one_section_come_together():
 
 def test_model_rules_and_names():
     with pytest.raises(
-        ConfigError, match="model.name: unknown model .rnn. .valid: hard, lstm, transformer"
+        ConfigError, match="model.name: unknown model .rnn. .valid: lstm, hard, transformer"
     ):
         configuration.parse(minimal(model={"name": "rnn"}))
     with pytest.raises(ConfigError, match="attention: dot needs decoder_size = 2 . encoder_size"):
