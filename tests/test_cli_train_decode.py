@@ -42,6 +42,7 @@ def test_train_cli(run, tmp_path: Path):
     )
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
+    assert "model lstm: " in result.stderr and " parameters" in result.stderr
     assert (
         "update 10" in result.stderr and "update 20" in result.stderr and "test (" in result.stderr
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from transduce import config as configuration
 from transduce import defaults
@@ -284,3 +285,33 @@ def test_hard_attention_learns_toy_tasks(tasks, tmp_path: Path, model, task, epo
     report = Trainer(configuration.parse(data), tmp_path / "run").run()
     assert report["best"]["score"] >= 90.0, [h["dev_scores"]["acc"] for h in report["history"]]
     assert report["test"]["acc"] >= 85.0
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"monotonic": True}, {"estimator": "reinforce", "input_feeding": True, "samples": 2}],
+    ids=["exact", "monotonic", "reinforce-feeding"],
+)
+def test_every_variant_trains_and_decodes_through_the_cli(run, tasks, tmp_path: Path, options):
+    config = tmp_path / "hard.yaml"
+    data = recipe(tasks["copy"], {**HARD, **options}, max_updates=12, validate_every=6)
+    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    result = run("train", "--config", config, "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    parameters = build_model(
+        "hard",
+        HardAttentionConfig(**{k: v for k, v in {**HARD, **options}.items() if k != "name"}),
+        *_vocab_sizes(tmp_path / "run"),
+    ).parameter_count()
+    assert f"model hard: {parameters:,} parameters" in result.stderr
+    for beam in ("1", "3"):
+        decoded = run("decode", tmp_path / "run", "--beam", beam, input="abc\n\ngfe\n")
+        assert decoded.exit_code == 0, decoded.output
+        assert len(decoded.stdout.split("\n")) == 4  # one line per input line
+
+
+def _vocab_sizes(run_dir: Path) -> tuple[int, int]:
+    from transduce import checkpoint
+
+    vocab = checkpoint.load(run_dir / checkpoint.BEST)["vocab"]
+    return len(vocab["source"]), len(vocab["target"])

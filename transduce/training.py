@@ -359,6 +359,7 @@ class Trainer:
         data = self.load_data(vocabs)
         torch.manual_seed(t.seed)
         model = self._model(data)
+        self.reporter.message(f"model {c.model_name}: {model.parameter_count():,} parameters")
         optimizer = _adam(model, t.optimizer)
         schedule = Schedule(t.schedule, optimizer, t.optimizer.lr)
         progress = Progress()

@@ -103,6 +103,11 @@ class Model(nn.Module, ABC):
         smooth = (uniform * mask).sum() / tokens
         return {"loss": (1 - label_smoothing) * nll + label_smoothing * smooth, "nll": nll}
 
+    def alignment_posterior(self, batch: Batch) -> Tensor | None:
+        """p(a_i = j | y, x) of the reference targets, B x K x T x S, for models whose
+        alignment is a latent variable (hard attention); None for the others."""
+        return None
+
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

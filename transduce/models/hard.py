@@ -139,8 +139,13 @@ class HardAttentionModel(LSTMModel):
         Returns:
             B x T x S x V log-probabilities (float32).
         """
-        combined = torch.tanh(queries.unsqueeze(2) + projected.unsqueeze(1))  # B x T x S x d_s
-        logits = self.output(self.drop(combined))  # B x T x S x V
+        combined = (queries.unsqueeze(2) + projected.unsqueeze(1)).tanh_()  # B x T x S x d_s
+        if self.training and self.drop.p > 0:
+            # One dropout mask per step, shared by its S mixture components, as the soft
+            # model has one per step: S times fewer random draws on the largest tensor.
+            B, T, _, D = combined.shape
+            combined = combined * self.drop(combined.new_ones(B, T, 1, D))  # B x T x S x d_s
+        logits = self.output(combined)  # B x T x S x V
         return torch.log_softmax(wide(logits), dim=-1)
 
     def _transitions(self, scores: Tensor, mask: Tensor) -> Tensor:
@@ -253,7 +258,7 @@ class HardAttentionModel(LSTMModel):
             log_probs, attention, self.attention_names, batch.source_mask, batch.target_mask
         )
 
-    def alignment_posterior(self, batch: Batch) -> Tensor:
+    def alignment_posterior(self, batch: Batch) -> Tensor | None:
         """p(a_i = j | y, x) for the reference targets: B x 1 x T x S.
 
         0th order: alpha_j(i) p(y_i | a_i = j) / p(y_i | y_<i, x), step by step. Monotonic:
@@ -261,7 +266,10 @@ class HardAttentionModel(LSTMModel):
         log emission scores (the forward-backward identity).
         """
         if self.config.input_feeding:
-            raise NotImplementedError("the posterior needs exact marginalization (no feeding)")
+            raise ValueError(
+                "alignment posterior: with input feeding the alignments depend on each other "
+                "and their posterior is intractable (§5.1)"
+            )
         with torch.enable_grad():
             _, scores, queries, projected = self._decoder_states(batch)
             scores, queries, projected = scores.detach(), queries.detach(), projected.detach()

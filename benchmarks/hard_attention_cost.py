@@ -1,0 +1,164 @@
+"""The cost of hard attention: training time per update against soft attention (`lstm`).
+
+The models share the sizes of ../shared/BENCHMARKS.md (embeddings 200, 2-layer bidirectional
+encoder of 400, decoder 400, d_s = 1200, dropout 0.4, no input feeding, fp32, 2 threads):
+
+* `lstm`: soft attention, system ③;
+* `hard`: 0th-order hard attention with exact marginalization, system ④ (a mixture of
+  softmaxes: the emission is B x T x S x d_s);
+* `hard_monotonic`: exact hard monotonic attention (the forward algorithm, O(|x|^2 |y|)).
+
+Each (model, batch) runs in its own process (its peak RSS is its own) with the trainer's own
+`Trainer.update` on the same length-bucketed CMUdict batches, after 3 warm-up updates; the
+models alternate within each repeat so they see the same machine load. Reports medians of
+seconds per update, examples/s, the ratio to `lstm` (goal: hard <= 1.5x) and peak RSS.
+Prints one JSON line.
+
+    python benchmarks/hard_attention_cost.py [--repeats 3] [--batches 20,256] [--prepared DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODELS = {
+    "lstm": {"name": "lstm"},
+    "hard": {"name": "hard"},
+    "hard_monotonic": {"name": "hard", "monotonic": True},
+}
+UPDATES = {20: 60, 256: 10}
+PEER = {20: 50, 256: 63}  # yoyodyne 0.5.27's hard attention, examples/s (BENCHMARKS.md)
+WARMUP = 3
+GOAL = 1.5
+
+
+def child(prepared: str, model: str, batch_size: int, bf16: bool) -> dict:
+    import torch
+
+    from transduce import config as configuration
+    from transduce.training import Schedule, Trainer, _adam, keep_large_blocks_out_of_the_heap
+
+    keep_large_blocks_out_of_the_heap()  # as `Trainer.run` does
+    sizes = {
+        "embedding_dim": 200,
+        "encoder_layers": 2,
+        "encoder_size": 400,
+        "decoder_layers": 1,
+        "decoder_size": 400,
+        "dropout": 0.4,
+    }
+    data = {
+        "data": {"prepared": prepared},
+        "model": {**MODELS[model], **sizes},
+        "train": {"batch_size": batch_size, "bf16": bf16, "threads": 2},
+    }
+    trainer = Trainer(configuration.parse(data), Path(tempfile.mkdtemp()))
+    torch.set_num_threads(2)
+    loaded = trainer.load_data()
+    torch.manual_seed(1)
+    net = trainer._model(loaded)
+    optimizer = _adam(net, trainer.config.train.optimizer)
+    schedule = Schedule(trainer.config.train.schedule, optimizer, 1e-3)
+    batches = trainer._batches(loaded, 0)
+    net.train()
+    for number, indices in enumerate(batches[:WARMUP], 1):
+        trainer.update(net, optimizer, schedule, loaded, indices, number)
+    updates = UPDATES.get(batch_size, 10)
+    start, examples = time.perf_counter(), 0
+    for number, indices in enumerate(batches[WARMUP : WARMUP + updates], WARMUP + 1):
+        trainer.update(net, optimizer, schedule, loaded, indices, number)
+        examples += len(indices)
+    seconds = time.perf_counter() - start
+    return {
+        "seconds_per_update": seconds / updates,
+        "examples_per_s": examples / seconds,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "parameters": net.parameter_count(),
+    }
+
+
+def measure(prepared: str, model: str, batch_size: int, bf16: bool) -> dict:
+    command = [sys.executable, __file__, "--child", prepared, model, str(batch_size)]
+    out = subprocess.run(
+        command + (["--bf16"] if bf16 else []), capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batches", default="20,256")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--bf16", action="store_true", help="train under bf16 autocast")
+    parser.add_argument(
+        "--prepared", help="a prepared CMUdict directory (default: prepare the embedded one)"
+    )
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        prepared, model, batch_size = args.child
+        print(json.dumps(child(prepared, model, int(batch_size), args.bf16)))
+        return
+    prepared = args.prepared
+    if prepared is None:
+        from transduce.data.prepare import PrepareRequest, prepare
+
+        prepared = str(Path(tempfile.mkdtemp()) / "cmudict")
+        prepare(PrepareRequest("cmudict", Path(prepared)))
+    models = args.models.split(",")
+    results = {}
+    for batch_size in map(int, args.batches.split(",")):
+        runs: dict[str, list[dict]] = {model: [] for model in models}
+        for _ in range(args.repeats):  # alternate, so all see the same machine load
+            for model in models:
+                runs[model].append(measure(prepared, model, batch_size, args.bf16))
+        row = {}
+        for model in models:
+            seconds = statistics.median(r["seconds_per_update"] for r in runs[model])
+            row[model] = {
+                "seconds_per_update": round(seconds, 4),
+                "examples_per_s": round(
+                    statistics.median(r["examples_per_s"] for r in runs[model]), 1
+                ),
+                "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs[model])),
+                "parameters": runs[model][0]["parameters"],
+                "runs_seconds_per_update": [round(r["seconds_per_update"], 4) for r in runs[model]],
+            }
+        if "lstm" in row:
+            base = row["lstm"]["seconds_per_update"]
+            for model in models:
+                row[model]["over_lstm"] = round(row[model]["seconds_per_update"] / base, 2)
+            if "hard" in row:
+                row["hard"]["meets_goal"] = row["hard"]["over_lstm"] <= GOAL
+        for model in models:
+            if model.startswith("hard") and batch_size in PEER and not args.bf16:
+                row[model]["over_peer_hard"] = round(
+                    row[model]["examples_per_s"] / PEER[batch_size], 2
+                )
+        results[f"b{batch_size}"] = row
+    print(
+        json.dumps(
+            {
+                "benchmark": "hard_attention_cost",
+                "threads": 2,
+                "cpus": os.cpu_count(),
+                "bf16": args.bf16,
+                "goal_hard_over_lstm": GOAL,
+                "results": results,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
