@@ -9,7 +9,8 @@ encoder of 400, decoder 400, d_s = 1200, dropout 0.4, no input feeding, fp32, 2 
 * `hard_monotonic`: exact hard monotonic attention (the forward algorithm, O(|x|^2 |y|)).
 
 Each (model, batch) runs in its own process (its peak RSS is its own) with the trainer's own
-`Trainer.update` on the same length-bucketed CMUdict batches, after 3 warm-up updates; the
+`Trainer.update` on the same length-bucketed CMUdict batches, after 3 warm-up updates
+(`train_throughput.timed_updates`); the
 models alternate within each repeat so they see the same machine load. Reports medians of
 seconds per update, examples/s, the ratio to `lstm` (goal: hard <= 1.5x) and peak RSS.
 Prints one JSON line.
@@ -27,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 MODELS = {
@@ -37,17 +37,12 @@ MODELS = {
 }
 UPDATES = {20: 60, 256: 10}
 PEER = {20: 50, 256: 63}  # yoyodyne 0.5.27's hard attention, examples/s (BENCHMARKS.md)
-WARMUP = 3
 GOAL = 1.5
 
 
 def child(prepared: str, model: str, batch_size: int, bf16: bool) -> dict:
-    import torch
+    from train_throughput import timed_updates  # this folder is on sys.path
 
-    from transduce import config as configuration
-    from transduce.training import Schedule, Trainer, _adam, keep_large_blocks_out_of_the_heap
-
-    keep_large_blocks_out_of_the_heap()  # as `Trainer.run` does
     sizes = {
         "embedding_dim": 200,
         "encoder_layers": 2,
@@ -61,28 +56,12 @@ def child(prepared: str, model: str, batch_size: int, bf16: bool) -> dict:
         "model": {**MODELS[model], **sizes},
         "train": {"batch_size": batch_size, "bf16": bf16, "threads": 2},
     }
-    trainer = Trainer(configuration.parse(data), Path(tempfile.mkdtemp()))
-    torch.set_num_threads(2)
-    loaded = trainer.load_data()
-    torch.manual_seed(1)
-    net = trainer._model(loaded)
-    optimizer = _adam(net, trainer.config.train.optimizer)
-    schedule = Schedule(trainer.config.train.schedule, optimizer, 1e-3)
-    batches = trainer._batches(loaded, 0)
-    net.train()
-    for number, indices in enumerate(batches[:WARMUP], 1):
-        trainer.update(net, optimizer, schedule, loaded, indices, number)
-    updates = UPDATES.get(batch_size, 10)
-    start, examples = time.perf_counter(), 0
-    for number, indices in enumerate(batches[WARMUP : WARMUP + updates], WARMUP + 1):
-        trainer.update(net, optimizer, schedule, loaded, indices, number)
-        examples += len(indices)
-    seconds = time.perf_counter() - start
+    rate, seconds, parameters = timed_updates(data, UPDATES.get(batch_size, 10))
     return {
-        "seconds_per_update": seconds / updates,
-        "examples_per_s": examples / seconds,
+        "seconds_per_update": seconds,
+        "examples_per_s": rate,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "parameters": net.parameter_count(),
+        "parameters": parameters,
     }
 
 
