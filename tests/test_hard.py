@@ -108,7 +108,7 @@ def test_monotonic_alignments_never_move_back():
     positions = torch.arange(5, dtype=torch.float64)
     means = posterior @ positions  # T
     assert (means[1:] >= means[:-1] - 1e-9).all()
-    # the first step can go anywhere, a 0th-order model's steps are independent
+    # and each step's posterior is a distribution over the source positions
     assert torch.allclose(posterior.sum(-1), torch.ones(5, dtype=torch.float64))
 
 
