@@ -148,6 +148,21 @@ class HardAttentionModel(LSTMModel):
         logits = self.output(combined)  # B x T x S x V
         return torch.log_softmax(wide(logits), dim=-1)
 
+    @staticmethod
+    def _log_alpha(scores: Tensor, mask: Tensor) -> Tensor:
+        """log alpha_j(i) of eq. (6) from scores (B x T x S or B x S) and the source mask
+        B x S: a log-softmax over the real positions."""
+        if scores.dim() == 3:
+            mask = mask[:, None, :]  # B x 1 x S
+        return torch.log_softmax(wide(scores).masked_fill(~mask, -math.inf), dim=-1)
+
+    @staticmethod
+    def _gold(emission: Tensor, target: Tensor) -> Tensor:
+        """log p(y_i | a_i = j, ...) of the reference symbols: B x T x S from the emission
+        B x T x S x V and the targets B x T."""
+        index = target[:, :, None, None].expand(*emission.shape[:3], 1)  # B x T x S x 1
+        return emission.gather(-1, index).squeeze(-1)  # B x T x S
+
     def _transitions(self, scores: Tensor, mask: Tensor) -> Tensor:
         """log p(a_i = j | a_{i-1} = k) for monotone alignments: B x T x S(k) x S(j).
 
@@ -201,13 +216,10 @@ class HardAttentionModel(LSTMModel):
         a block of t target steps (`post` only matters for the monotonic model)."""
         emission = self._emission(queries, projected)  # B x t x S x V
         if self.config.monotonic:
-            index = target[:, :, None, None].expand(*emission.shape[:3], 1)  # B x t x S x 1
-            gold = emission.gather(-1, index).squeeze(-1)  # B x t x S
+            gold = self._gold(emission, target)  # B x t x S
             prior, post = self._priors(self._transitions(scores, mask), gold, post)
         else:
-            prior = torch.log_softmax(
-                wide(scores).masked_fill(~mask[:, None, :], -math.inf), dim=-1
-            )  # B x t x S, eq. (6)
+            prior = self._log_alpha(scores, mask)  # B x t x S, eq. (6)
         log_probs = torch.logsumexp(prior.unsqueeze(-1) + emission, dim=2)  # B x t x V, eq. (3)
         return log_probs, prior, post
 
@@ -274,13 +286,10 @@ class HardAttentionModel(LSTMModel):
             _, scores, queries, projected = self._decoder_states(batch)
             scores, queries, projected = scores.detach(), queries.detach(), projected.detach()
             emission = self._emission(queries, projected)  # B x T x S x V
-            index = batch.target_out[:, :, None, None].expand(*emission.shape[:3], 1)
-            gold = emission.gather(-1, index).squeeze(-1).detach()  # B x T x S
+            gold = self._gold(emission, batch.target_out).detach()  # B x T x S
             mask = batch.source_mask
             if not self.config.monotonic:
-                prior = torch.log_softmax(
-                    wide(scores).masked_fill(~mask[:, None, :], -math.inf), dim=-1
-                )  # B x T x S
+                prior = self._log_alpha(scores, mask)  # B x T x S
                 return torch.softmax(prior + gold, dim=-1).unsqueeze(1)  # B x 1 x T x S
             gold.requires_grad_(True)
             transitions = self._transitions(scores, mask)  # B x T x S x S
@@ -299,9 +308,7 @@ class HardAttentionModel(LSTMModel):
             log_probs, log_prior, alpha = self._sampled_fed(batch, k)
         else:
             _, scores, queries, projected = self._decoder_states(batch)
-            log_alpha = torch.log_softmax(
-                wide(scores).masked_fill(~batch.source_mask[:, None, :], -math.inf), dim=-1
-            )  # B x T x S, eq. (6)
+            log_alpha = self._log_alpha(scores, batch.source_mask)  # B x T x S, eq. (6)
             alpha = log_alpha.exp()  # B x T x S
             B, T, S = alpha.shape
             picks = torch.multinomial(alpha.reshape(B * T, S), k, replacement=True)  # BT x k
@@ -352,9 +359,7 @@ class HardAttentionModel(LSTMModel):
                 output, h, c = lstm_step(self.decoder, embedded, state["h"], state["c"], self.drop)
                 output = self.drop(output)  # kB x H
                 scores = self.attention.scores(output.unsqueeze(1), state["keys"]).squeeze(1)
-                log_alpha = torch.log_softmax(
-                    scores.masked_fill(~state["mask"], -math.inf), dim=-1
-                )  # kB x S, eq. (6)
+                log_alpha = self._log_alpha(scores, state["mask"])  # kB x S, eq. (6)
                 alpha = log_alpha.exp()  # kB x S
                 if forced is None:
                     picks = torch.multinomial(alpha, 1).squeeze(1)  # kB
@@ -425,7 +430,7 @@ class HardAttentionModel(LSTMModel):
             transitions = self._transitions(scores.unsqueeze(1), mask)  # B x 1 x S x S
             prior = torch.logsumexp(post.unsqueeze(-1) + transitions[:, 0], dim=1)  # B x S
         else:
-            prior = torch.log_softmax(scores.masked_fill(~mask, -math.inf), dim=-1)  # B x S
+            prior = self._log_alpha(scores, mask)  # B x S
         weight_h, _ = self._split_combine()
         query = torch.addmm(self.combine.bias, output, weight_h.t())  # B x d_s
         combined = torch.tanh(query.unsqueeze(1) + state["projected"])  # B x S x d_s, eq. (9)
