@@ -47,7 +47,7 @@ def test_every_problem_is_reported_together():
         "train.optimiser: unknown key (did you mean optimizer?)",
         "train.schedule.type: expected one of constant, inverse_sqrt, plateau, got 'cosine'",
         "model.embedding_dim: expected an integer, got 2.5",
-        "model.attention: expected one of dot, general, mlp, got 'luong'",
+        "model.attention: expected a mapping or one of dot, general, bilinear, mlp, got 'luong'",
         "decode.beam: must be at least 1",
     ):
         assert fragment in message, fragment
@@ -82,7 +82,7 @@ def test_model_rules_and_names():
         ConfigError, match="model.name: unknown model .rnn. .valid: lstm, hard, transformer"
     ):
         configuration.parse(minimal(model={"name": "rnn"}))
-    with pytest.raises(ConfigError, match="attention: dot needs decoder_size = 2 . encoder_size"):
+    with pytest.raises(ConfigError, match="attention.scorer: dot needs decoder_size = 2 . encoder_size"):
         configuration.parse(minimal(model={"name": "lstm", "attention": "dot"}))
     with pytest.raises(ConfigError, match="heads: must divide d_model"):
         configuration.parse(minimal(model={"name": "transformer", "heads": 3}))

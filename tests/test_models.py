@@ -9,6 +9,7 @@ from transduce.data.batching import collate
 from transduce.models import MODELS, build_model
 from transduce.models.hard import HardAttentionConfig
 from transduce.models.layers import BiLSTM, Dropout
+from transduce.models.attention import AttentionConfig
 from transduce.models.lstm import LSTMConfig
 from transduce.models.transformer import TransformerConfig
 
@@ -50,6 +51,46 @@ VARIANTS = {
             input_feeding=True,
             feed_merge="linear",
             match_parameters=True,
+        ),
+    ),
+    "lstm-local-monotonic-mlp": (
+        "lstm",
+        LSTMConfig(
+            embedding_dim=8,
+            encoder_size=6,
+            decoder_size=7,
+            attention=AttentionConfig(type="local_monotonic", scorer="mlp", window=1),
+            attention_size=5,
+        ),
+    ),
+    "lstm-local-monotonic-constrained-feeding": (
+        "lstm",
+        LSTMConfig(
+            embedding_dim=8,
+            encoder_size=6,
+            decoder_size=7,
+            attention=AttentionConfig(
+                type="local_monotonic", position="constrained", max_step=2.0, scale=False
+            ),
+            input_feeding=True,
+        ),
+    ),
+    "lstm-local-monotonic-softplus-none": (
+        "lstm",
+        LSTMConfig(
+            embedding_dim=8,
+            encoder_size=6,
+            decoder_size=12,
+            attention=AttentionConfig(type="local_monotonic", scorer="none", position="softplus"),
+        ),
+    ),
+    "lstm-local-m-dot": (
+        "lstm",
+        LSTMConfig(
+            embedding_dim=8,
+            encoder_size=6,
+            decoder_size=12,
+            attention=AttentionConfig(type="local_m", scorer="dot", window=1, sigma=2.0),
         ),
     ),
     "hard-exact": (

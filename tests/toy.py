@@ -12,13 +12,19 @@ ALPHABET = "abcdefg"
 
 
 def write_task(directory: Path, task: str, n: int = 600, seed: int = 0) -> Path:
-    """A prepared dataset of `task` ("copy" or "reverse") over short random strings."""
+    """A prepared dataset of `task` over short random strings: "copy", "reverse", or
+    "double" (copy with each character doubled: abc -> a a b b c c)."""
     rng = random.Random(seed)
     words = sorted(
         {"".join(rng.choice(ALPHABET) for _ in range(rng.randint(2, 6))) for _ in range(n)}
     )
     raw = directory / f"{task}.tsv"
-    lines = [f"{w}\t{' '.join(w if task == 'copy' else w[::-1])}\n" for w in words]
+    outputs = {
+        "copy": lambda w: w,
+        "reverse": lambda w: w[::-1],
+        "double": lambda w: "".join(c + c for c in w),
+    }
+    lines = [f"{w}\t{' '.join(outputs[task](w))}\n" for w in words]
     raw.write_text("".join(lines), encoding="utf-8")
     out = directory / f"{task}-prepared"
     prepare(

@@ -231,6 +231,9 @@ def _convert(value: Any, kind: Any, where: str, errors: list[str]) -> Any:
         inner = [o for o in options if o is not type(None)]
         if len(inner) == 1:
             return _convert(value, inner[0], where, errors)
+        sections = [o for o in inner if dataclasses.is_dataclass(o)]
+        if isinstance(value, dict) and sections:  # a mapping: report the section's own errors
+            return build(sections[0], value, where, errors)
         for option in inner:  # int | str: the first that fits
             trial: list[str] = []
             result = _convert(value, option, where, trial)
@@ -389,7 +392,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
             if child is None:
                 child = node[part] = {}
             if not isinstance(child, dict):
-                raise ConfigError(f"--set {override!r}: {part} is not a section")
+                raise ConfigError(
+                    f"--set {override!r}: {part} is {child!r}, not a section "
+                    f"(write it as a mapping in the recipe to set a key inside it)"
+                )
             node = child
         node[parts[-1]] = value
 

@@ -90,6 +90,11 @@ class HardAttentionConfig(LSTMConfig):
             )
         if self.monotonic and (self.estimator != "exact" or self.input_feeding):
             problems.append("monotonic: needs estimator: exact and no input feeding")
+        if self.attention.local:
+            problems.append(
+                f"attention.type: hard attention is over the whole source (global), "
+                f"not {self.attention.type}"
+            )
         if self.samples < 1:
             problems.append(f"samples: must be at least 1, not {self.samples}")
         if not 0 <= self.baseline_decay < 1:

@@ -5,26 +5,30 @@ Decoder (§4.3): an LSTM over the embeddings of the previous outputs, eq. (10); 
 feeding (§5.1, eq. 14) its input is e(y_{i-1}) ⊕ c̄_{i-1}, c̄_{i-1} = f(h_{i-1}, c_{i-1}).
 Attention (eq. 6): alpha_j(i) = softmax_j(e_ij), with the score e_ij
     dot:      h_i^T h_j                      (needs decoder_size = 2 * encoder_size)
-    general:  h_i^T T h_j, T in R^{d_h x 2d_h}  (eq. 7)
+    general:  h_i^T T h_j, T in R^{d_h x 2d_h}  (eq. 7; "bilinear" is the same scorer)
     mlp:      v^T tanh(W_q h_i + W_k h_j)     (Bahdanau et al. 2015)
-Context (eq. 13): c_i = sum_j alpha_j(i) h_j.
+Context (eq. 13): c_i = sum_j alpha_j(i) h_j. Or, with `attention.type: local_monotonic`
+or `local_m`, the local attention of Tjandra et al. (2017) over a window of the source
+(see `transduce.models.attention`).
 Output (eqs. 8-9, 12): p(y_i | y_<i, x) = softmax(W f(h_i, c_i)), f = tanh(S (h_i ⊕ c_i)),
 S in R^{d_s x 3d_h}; d_s = decoder_size + 2 * encoder_size unless `output_size` is set.
 
 Without input feeding the decoder states do not depend on the attention, so training runs
-the decoder LSTM over the whole target in one call and computes every attention step with
-one batched product: no Python loop over time steps.
+the decoder LSTM over the whole target in one call and computes every attention step at
+once (one batched product; local attention: the centres by a cumulative sum, then every
+step's window): no Python loop over time steps.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
 from transduce.data.batching import Batch
+from transduce.models.attention import Attention, AttentionConfig, LocalAttention
 from transduce.models.base import (
     Model,
     Seq2SeqOutput,
@@ -45,8 +49,12 @@ class LSTMConfig:
     encoder_size: int = 400  # per direction
     decoder_layers: int = 1
     decoder_size: int = 400
-    attention: Literal["dot", "general", "mlp"] = "general"
-    attention_size: int | None = None  # mlp only; default decoder_size
+    # type (global, local_m, local_monotonic), scorer and window: see models/attention.py;
+    # a bare scorer name (dot, general, bilinear, mlp) is a global attention with it
+    attention: AttentionConfig | Literal["dot", "general", "bilinear", "mlp"] = field(
+        default_factory=AttentionConfig
+    )
+    attention_size: int | None = None  # the mlp scorer's hidden units; default decoder_size
     input_feeding: bool = False
     # how e(y_{i-1}) and c̄_{i-1} enter the decoder with input feeding: concatenated (eq. 14),
     # or merged by a linear map to embedding_dim, so the decoder LSTM keeps its size (§8.2,
@@ -58,6 +66,10 @@ class LSTMConfig:
     match_parameters: bool = False
     dropout: float = 0.4
     tie_embeddings: bool = False  # W of eq. (8) = the target embeddings (needs d_s = embedding_dim)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.attention, str):
+            self.attention = AttentionConfig(scorer=self.attention)
 
     def check(self) -> list[str]:
         problems = []
@@ -72,9 +84,9 @@ class LSTMConfig:
                 problems.append(f"{name}: must be at least 1")
         if not 0 <= self.dropout < 1:
             problems.append(f"dropout: must be in [0, 1), not {self.dropout}")
-        if self.attention == "dot" and self.decoder_size != 2 * self.encoder_size:
+        if self.attention.scorer == "dot" and self.decoder_size != 2 * self.encoder_size:
             problems.append(
-                f"attention: dot needs decoder_size = 2 * encoder_size ({2 * self.encoder_size}), "
+                f"attention.scorer: dot needs decoder_size = 2 * encoder_size ({2 * self.encoder_size}), "
                 f"not {self.decoder_size}; or use general"
             )
         if self.tie_embeddings and self.combined_size != self.embedding_dim:
@@ -113,37 +125,6 @@ def output_size(c: LSTMConfig, target_vocab: int) -> int:
     return max(1, round((c.combined_size * per_unit - fixed) / (per_unit + feed_unit)))
 
 
-class Attention(nn.Module):
-    """Attention scores e_ij between decoder states and encoder states (eqs. 6-7)."""
-
-    def __init__(self, kind: str, decoder_size: int, memory_size: int, hidden: int) -> None:
-        super().__init__()
-        self.kind = kind
-        if kind == "general":
-            self.transform = nn.Linear(memory_size, decoder_size, bias=False)  # T of eq. (7)
-        elif kind == "mlp":
-            self.key = nn.Linear(memory_size, hidden)
-            self.query = nn.Linear(decoder_size, hidden, bias=False)
-            self.vector = nn.Linear(hidden, 1, bias=False)
-
-    def keys(self, memory: Tensor) -> Tensor:
-        """The encoder half of the scores, computed once per source."""
-        if self.kind == "general":
-            return self.transform(memory)  # B x S x H
-        if self.kind == "mlp":
-            return self.key(memory)  # B x S x A
-        return memory  # B x S x H
-
-    def scores(self, queries: Tensor, keys: Tensor) -> Tensor:
-        """e_ij for decoder states B x T x H and keys B x S x *: B x T x S."""
-        if self.kind == "mlp":
-            hidden = torch.tanh(
-                self.query(queries).unsqueeze(2) + keys.unsqueeze(1)
-            )  # B x T x S x A
-            return self.vector(hidden).squeeze(-1)  # B x T x S
-        return torch.bmm(queries, keys.transpose(1, 2))  # B x T x S
-
-
 @register
 class LSTMModel(Model):
     """Soft attention LSTM (Wu et al. 2018): system ③ without input feeding; with it, system
@@ -171,8 +152,10 @@ class LSTMModel(Model):
             dropout=c.dropout if c.decoder_layers > 1 else 0.0,
         )
         self.attention = Attention(
-            c.attention, c.decoder_size, memory, c.attention_size or c.decoder_size
+            c.attention.scorer, c.decoder_size, memory, c.attention_size or c.decoder_size
         )
+        # Tjandra et al. (2017): the position network and the window
+        self.local = LocalAttention(c.attention, c.decoder_size) if c.attention.local else None
         self.combine = nn.Linear(c.decoder_size + memory, self.d_s)  # S of eq. (9)
         self.output = nn.Linear(self.d_s, target_vocab)  # W of eq. (8)
         if c.tie_embeddings:
@@ -197,9 +180,16 @@ class LSTMModel(Model):
         self, states: Tensor, memory: Tensor, keys: Tensor, mask: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
         """From decoder states B x T x H: alpha B x T x S, f B x T x d_s, log-probs B x T x V."""
-        scores = self.attention.scores(states, keys)  # B x T x S
-        alpha = masked_softmax(scores, mask.unsqueeze(1))  # B x T x S, eq. (6)
-        context = torch.bmm(alpha, memory)  # B x T x 2H, eq. (13)
+        if self.local is None:
+            scores = self.attention.scores(states, keys)  # B x T x S
+            alpha = masked_softmax(scores, mask.unsqueeze(1))  # B x T x S, eq. (6)
+            context = torch.bmm(alpha, memory)  # B x T x 2H, eq. (13)
+        else:
+            last = self._last(mask).unsqueeze(1)  # B x 1
+            p, log_scale = self.local.positions(states, last)  # B x T, eqs. (5)-(7)
+            context, alpha = self.local.attend(
+                self.attention, states, keys, memory, p, last, log_scale
+            )  # B x T x 2H, B x T x S: eqs. (8)-(10)
         combined = torch.tanh(
             self.combine(torch.cat([states, context], dim=-1))
         )  # B x T x d_s, eq. (9)
@@ -227,6 +217,11 @@ class LSTMModel(Model):
             log_probs, attention, self.attention_names, batch.source_mask, batch.target_mask
         )
 
+    @staticmethod
+    def _last(mask: Tensor) -> Tensor:
+        """The last real source position of each item, B (0-based, as a float)."""
+        return mask.sum(dim=1).float() - 1
+
     def _initial(self, batch: Batch, memory: Tensor, keys: Tensor) -> State:
         """The decoding state. S of eq. (9) is split as S (h ⊕ c) = S_h h + S_c c, and since
         c = sum_j alpha_j h_j, S_c c = sum_j alpha_j (S_c h_j): the encoder states are
@@ -247,6 +242,9 @@ class LSTMModel(Model):
         }
         if c.input_feeding:
             state["feed"] = memory.new_zeros(size, self.d_s)  # B x d_s: c̄_0 = 0
+        if self.local is not None:
+            state["last"] = self._last(batch.source_mask)  # B
+            state["position"] = memory.new_full((size,), LocalAttention.START)  # B: p_0
         return state
 
     def init_state(self, batch: Batch) -> State:
@@ -271,13 +269,29 @@ class LSTMModel(Model):
         embedded = self._feed(self.drop(self.target_embedding(previous)), state)  # B x E'
         output, h, c = lstm_step(self.decoder, embedded, state["h"], state["c"], self.drop)  # B x H
         output = self.drop(output)
-        scores = self.attention.scores(output.unsqueeze(1), state["keys"])  # B x 1 x S
-        alpha = masked_softmax(scores, state["mask"].unsqueeze(1))  # B x 1 x S, eq. (6)
-        mixed = torch.bmm(alpha, state["projected"]).squeeze(1)  # B x d_s: S_c c, eqs. (9), (13)
+        new = dict(state)
+        if self.local is None:
+            scores = self.attention.scores(output.unsqueeze(1), state["keys"])  # B x 1 x S
+            alpha = masked_softmax(scores, state["mask"].unsqueeze(1))  # B x 1 x S, eq. (6)
+            mixed = torch.bmm(alpha, state["projected"])  # B x 1 x d_s: S_c c, eqs. (9), (13)
+        else:  # p_t = min(p_{t-1} + delta_p_t, last): only the window is read
+            delta, log_scale = self.local.moves(output)  # B
+            last = state["last"].unsqueeze(1)  # B x 1
+            new["position"] = torch.minimum(state["position"] + delta, state["last"])  # B
+            mixed, alpha = self.local.attend(
+                self.attention,
+                output.unsqueeze(1),
+                state["keys"],
+                state["projected"],
+                new["position"].unsqueeze(1),
+                last,
+                None if log_scale is None else log_scale.unsqueeze(1),
+            )  # B x 1 x d_s, B x 1 x S: eqs. (8)-(10)
+        mixed = mixed.squeeze(1)  # B x d_s
         weight = self.combine.weight[:, : self.config.decoder_size]  # S_h
         combined = torch.tanh(torch.addmm(self.combine.bias, output, weight.t()) + mixed)  # B x d_s
         log_probs = torch.log_softmax(self.output(self.drop(combined)), dim=-1)  # B x V, eq. (8)
-        new = dict(state, h=h, c=c)  # B x L x H
+        new.update(h=h, c=c)  # B x L x H
         if self.config.input_feeding:
             new["feed"] = combined  # B x d_s
         return Step(log_probs, alpha, new)  # B x V, B x 1 x S
