@@ -65,9 +65,9 @@ def transformer_config():
     )
 
 
-def timed_updates(data: dict, updates: int) -> tuple[float, float, int]:
-    """Train the recipe `data` with the trainer's own `Trainer.update`: WARMUP updates, then
-    `updates` timed ones. Returns examples/s, seconds per update and the parameter count."""
+def trainer_setup(data: dict):
+    """A `Trainer` for the recipe `data`, ready to call `update`: the trainer, its loaded data,
+    model (seed 1, in training mode), optimizer, schedule and first epoch's batches."""
     import torch
 
     from transduce import config as configuration
@@ -81,8 +81,14 @@ def timed_updates(data: dict, updates: int) -> tuple[float, float, int]:
     model = trainer._model(loaded)
     optimizer = _adam(model, trainer.config.train.optimizer)
     schedule = Schedule(trainer.config.train.schedule, optimizer, 1e-3)
-    batches = trainer._batches(loaded, 0)
     model.train()
+    return trainer, loaded, model, optimizer, schedule, trainer._batches(loaded, 0)
+
+
+def timed_updates(data: dict, updates: int) -> tuple[float, float, int]:
+    """Train the recipe `data` with the trainer's own `Trainer.update`: WARMUP updates, then
+    `updates` timed ones. Returns examples/s, seconds per update and the parameter count."""
+    trainer, loaded, model, optimizer, schedule, batches = trainer_setup(data)
     for number, indices in enumerate(batches[:WARMUP], 1):
         trainer.update(model, optimizer, schedule, loaded, indices, number)
     start, examples = time.perf_counter(), 0

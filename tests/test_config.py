@@ -82,7 +82,9 @@ def test_model_rules_and_names():
         ConfigError, match="model.name: unknown model .rnn. .valid: lstm, hard, transformer"
     ):
         configuration.parse(minimal(model={"name": "rnn"}))
-    with pytest.raises(ConfigError, match="attention.scorer: dot needs decoder_size = 2 . encoder_size"):
+    with pytest.raises(
+        ConfigError, match="attention.scorer: dot needs decoder_size = 2 . encoder_size"
+    ):
         configuration.parse(minimal(model={"name": "lstm", "attention": "dot"}))
     with pytest.raises(ConfigError, match="heads: must divide d_model"):
         configuration.parse(minimal(model={"name": "transformer", "heads": 3}))

@@ -102,8 +102,15 @@ CASES = {
 }
 
 
+@pytest.fixture(params=["gather", "dense"])
+def path(request, monkeypatch) -> str:
+    """Both ways of computing the window: gathered, or the whole (short) source masked."""
+    monkeypatch.setattr(LocalAttention, "DENSE_WIDTHS", 0 if request.param == "gather" else 99)
+    return request.param
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_window_equals_a_full_length_masked_reference(case):
+def test_window_equals_a_full_length_masked_reference(case, path):
     model = model_with(CASES[case])
     memory, mask = sources(4, 9, seed=1)
     queries = 2 * torch.randn(4, 12, H, dtype=torch.float64)  # T > S: centres reach the end
@@ -153,7 +160,27 @@ def test_local_m_centres_are_the_step_numbers():
     assert not any(n.startswith("local.") for n, _ in model.named_parameters())
 
 
-def test_gradients_reach_the_centre_through_the_gaussian():
+def test_gathered_and_dense_windows_give_the_same_model(monkeypatch):
+    from transduce.data.batching import collate
+
+    model = model_with(CASES["exp-mlp"]).float().train()
+    batch = collate([[5, 6, 7, 8, 5, 6, 7, 8], [6, 7], [8]], [[5, 6, 7], [8, 8, 8, 8, 8], [6]])
+    results = []
+    for widths in (0, 99):
+        monkeypatch.setattr(LocalAttention, "DENSE_WIDTHS", widths)
+        torch.manual_seed(0)
+        model.zero_grad()
+        output = model(batch)
+        model.loss(batch, output)["loss"].backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        results.append((output.log_probs, output.attention, grads))
+    (lp_a, att_a, grads_a), (lp_b, att_b, grads_b) = results
+    assert torch.allclose(lp_a, lp_b, atol=1e-5) and torch.allclose(att_a, att_b, atol=1e-6)
+    assert len(grads_a) == len(grads_b)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grads_a, grads_b))
+
+
+def test_gradients_reach_the_centre_through_the_gaussian(path):
     # scorer none and no lambda: the context depends on delta_p only through eq. (8)
     model = model_with(AttentionConfig(type="local_monotonic", scorer="none", scale=False))
     memory, mask = sources(3, 8, seed=2)

@@ -7,9 +7,9 @@ import torch
 
 from transduce.data.batching import collate
 from transduce.models import MODELS, build_model
+from transduce.models.attention import AttentionConfig
 from transduce.models.hard import HardAttentionConfig
 from transduce.models.layers import BiLSTM, Dropout
-from transduce.models.attention import AttentionConfig
 from transduce.models.lstm import LSTMConfig
 from transduce.models.transformer import TransformerConfig
 

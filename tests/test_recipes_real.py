@@ -56,7 +56,7 @@ def test_paper_recipe_trains(shared: Path, tmp_path_factory, recipe: Path):
         PREPARED[key] = trainer._prepared_dir()
     data["data"] = {
         "prepared": str(PREPARED[key]),
-        **{k: v for k, v in section.items() if k.startswith("max_")},
+        **{k: v for k, v in section.items() if k.startswith("max_") or k == "min_count"},
     }
     config = configuration.parse(data)
     trainer = Trainer(config, tmp_path_factory.mktemp("run"))

@@ -149,3 +149,25 @@ def test_sequences_longer_than_learned_positions_are_a_config_error(tasks, tmp_p
         train(tmp_path / "run", recipe(tasks["copy"], model, max_updates=2))
     data = recipe(tasks["copy"], {**model, "max_positions": 7}, max_updates=2)
     assert train(tmp_path / "ok", data)["updates"] == 2
+
+
+def test_min_count_leaves_rare_symbols_to_unk(tmp_path: Path):
+    from transduce.data.vocab import Vocab
+    from transduce.special import SPECIALS, UNK_ID
+
+    vocab = Vocab.build([["a", "b", "a"], ["c", "a", "b"]], min_count=2)
+    assert vocab.symbols == [*SPECIALS, "a", "b"]
+    assert vocab.encode(["c", "a"]) == [UNK_ID, vocab.index["a"]]
+    from transduce.data.prepare import PrepareRequest, prepare
+
+    train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"  # z, Z once: <unk> at 2
+    train.write_text("".join(f"ab{i % 3}\tA B\n" for i in range(40)) + "abz\tA Z\n")
+    dev.write_text("ab\tA B\n")
+    inputs = {"train": [train], "dev": [dev], "test": [dev]}
+    prepare(PrepareRequest("tsv", tmp_path / "p", inputs=inputs))
+    data = recipe(tmp_path / "p", TINY_LSTM, max_updates=1)
+    data["data"]["min_count"] = 2
+    trainer = Trainer(configuration.parse(data), tmp_path / "run")
+    loaded = trainer.load_data()
+    assert "z" not in loaded.source_vocab and "Z" not in loaded.target_vocab
+    assert "b" in loaded.source_vocab and "B" in loaded.target_vocab

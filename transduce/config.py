@@ -59,9 +59,12 @@ class DataConfig:
     split_seed: int = defaults.SPLIT_SEED
     max_source_length: int | None = None  # longer training examples are left out
     max_target_length: int | None = None
+    # symbols seen fewer times in the kept training examples are <unk> (word-level models:
+    # Tjandra et al. 2017 §7.1 keep the words seen at least twice)
+    min_count: int = 1
 
     def check(self) -> list[str]:
-        problems = _at_least(self, 1, "max_source_length", "max_target_length")
+        problems = _at_least(self, 1, "max_source_length", "max_target_length", "min_count")
         if (self.prepared is None) == (self.format is None):
             problems.append(
                 "prepared: give either `prepared` (a prepared directory) or `format` (raw data)"

@@ -209,7 +209,9 @@ class Trainer:
                 "no training example left (check data.max_source_length)", prepared.directory
             )
         shared = getattr(c.model, "tie_embeddings", None) == "all"
-        source_vocab, target_vocab = vocabs or build_vocabs(kept, shared=shared)
+        source_vocab, target_vocab = vocabs or build_vocabs(
+            kept, shared=shared, min_count=c.data.min_count
+        )
         train = _encode(kept, source_vocab, target_vocab)
         prepared.splits["train"] = []  # encoded now: the symbol tuples would only take memory
         dev_pairs = [p for p in prepared.splits["dev"] if p.target is not None]

@@ -85,14 +85,17 @@ def load_prepared(directory: str | Path) -> Prepared:
     return prepared
 
 
-def build_vocabs(pairs: Sequence[Pair], shared: bool = False) -> tuple[Vocab, Vocab]:
-    """Source and target vocabularies of the training pairs (one joint one if `shared`)."""
+def build_vocabs(
+    pairs: Sequence[Pair], shared: bool = False, min_count: int = 1
+) -> tuple[Vocab, Vocab]:
+    """Source and target vocabularies of the training pairs (one joint one if `shared`), of
+    the symbols seen at least `min_count` times."""
     sources = [p.source for p in pairs]
     targets = [p.target for p in pairs if p.target is not None]
     if shared:
-        joint = Vocab.build([*sources, *targets])
+        joint = Vocab.build([*sources, *targets], min_count)
         return joint, joint
-    return Vocab.build(sources), Vocab.build(targets)
+    return Vocab.build(sources, min_count), Vocab.build(targets, min_count)
 
 
 @dataclass

@@ -25,12 +25,14 @@ class Vocab:
             raise ValueError("a vocabulary has each symbol once")
 
     @classmethod
-    def build(cls, sequences: Iterable[Sequence[str]]) -> Vocab:
-        """The symbols of `sequences`, most frequent first (ties: alphabetical)."""
+    def build(cls, sequences: Iterable[Sequence[str]], min_count: int = 1) -> Vocab:
+        """The symbols of `sequences` seen at least `min_count` times, most frequent first
+        (ties: alphabetical); rarer ones are left out, so they read as `<unk>`."""
         counts = Counter(s for seq in sequences for s in seq)
         for special in SPECIALS:
             counts.pop(special, None)
-        ordered = sorted(counts, key=lambda s: (-counts[s], s))
+        kept = [s for s in counts if counts[s] >= min_count]
+        ordered = sorted(kept, key=lambda s: (-counts[s], s))
         return cls([*SPECIALS, *ordered])
 
     def __len__(self) -> int:

@@ -139,6 +139,7 @@ class LocalAttention(nn.Module):
     """The position network (eqs. 5-7) and the windowed weights (eqs. 8-10)."""
 
     START = -1.0  # p_0 = 0 in the paper's 1-based positions
+    DENSE_WIDTHS = 2  # sources of at most this many windows are scored whole (masked)
 
     def __init__(self, config: AttentionConfig, decoder_size: int) -> None:
         super().__init__()
@@ -185,6 +186,10 @@ class LocalAttention(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """Context and attention for decoder states B x T x H at centres p B x T.
 
+        Reads only the window (gathered) when the source is longer than DENSE_WIDTHS
+        windows; a shorter source (a word, in G2P) is cheaper to score whole, with the
+        positions outside the window masked: the same weights, no gather and scatter.
+
         Args:
             scorer: The score function (eq. 3).
             keys: B x S x * (from `scorer.keys`); values: B x S x D, the states to mix.
@@ -194,24 +199,42 @@ class LocalAttention(nn.Module):
         Returns:
             c_t of eq. (10), B x T x D, and the normalized weights scattered to B x T x S.
         """
+        S, W = values.shape[1], self.offsets.numel()
         centre = torch.minimum(p.detach().floor().clamp(min=0), last)  # B x T
+        if S <= self.DENSE_WIDTHS * W:
+            positions = torch.arange(S, device=p.device, dtype=p.dtype).expand(*p.shape, S)
+            inside = (positions - centre.unsqueeze(-1)).abs() <= self.config.window
+            valid = inside & (positions <= last.unsqueeze(-1))  # B x T x S
+            scores = None if scorer.kind == "none" else scorer.scores(queries, keys)
+            weights, attention = self._weights(positions, p, scores, valid, log_scale)
+            return torch.matmul(weights.to(values.dtype), values), attention  # eq. (10)
         positions = centre.unsqueeze(-1) + self.offsets  # B x T x W
         valid = (positions >= 0) & (positions <= last.unsqueeze(-1))  # B x T x W
         index = torch.minimum(positions.clamp(min=0), last.unsqueeze(-1)).long()  # B x T x W
-        log_prior = -((positions - p.unsqueeze(-1)) ** 2) / (2 * self.sigma**2)  # eq. (8)
         scores = scorer.window_scores(queries, gather_window(keys, index))  # B x T x W
-        if scores is None:  # a^S = 1
-            log_weights = log_prior
-        else:
+        weights, attention = self._weights(positions, p, scores, valid, log_scale)
+        windowed = gather_window(values, index)  # B x T x W x D
+        weights = weights.to(values.dtype).unsqueeze(-2)  # B x T x 1 x W
+        context = torch.matmul(weights, windowed).squeeze(-2)  # B x T x D, eq. (10)
+        full = attention.new_zeros(*attention.shape[:-1], S)  # B x T x S
+        return context, full.scatter_add(-1, index, attention)
+
+    def _weights(
+        self,
+        positions: Tensor,
+        p: Tensor,
+        scores: Tensor | None,
+        valid: Tensor,
+        log_scale: Tensor | None,
+    ) -> tuple[Tensor, Tensor]:
+        """a^N a^S (eqs. 8-9) and its normalization over the window, at `positions`
+        B x T x N (N: the window or the whole source) where `valid`; 0 elsewhere."""
+        log_weights = -((positions - p.unsqueeze(-1)) ** 2) / (2 * self.sigma**2)  # eq. (8)
+        if scores is not None:  # else a^S = 1
             scores = wide(scores).masked_fill(~valid, float("-inf"))
-            log_weights = log_prior + torch.log_softmax(scores, dim=-1)  # eqs. (2), (9)
-        log_weights = log_weights.masked_fill(~valid, float("-inf"))  # B x T x W
+            log_weights = log_weights + torch.log_softmax(scores, dim=-1)  # eqs. (2), (9)
+        log_weights = log_weights.masked_fill(~valid, float("-inf"))  # B x T x N
         attention = torch.softmax(log_weights, dim=-1)  # normalized over the window
         if log_scale is not None:
-            log_weights = log_weights + log_scale.unsqueeze(-1)
-        weights = torch.exp(log_weights).to(values.dtype)  # a^N a^S, B x T x W
-        context = torch.matmul(
-            weights.unsqueeze(-2), gather_window(values, index)
-        ).squeeze(-2)  # B x T x D, eq. (10)
-        full = attention.new_zeros(*attention.shape[:-1], values.shape[1])  # B x T x S
-        return context, full.scatter_add(-1, index, attention)
+            log_weights = log_weights + log_scale.unsqueeze(-1)  # log lambda_t, eq. (8)
+        return torch.exp(log_weights), attention

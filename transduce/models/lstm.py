@@ -86,8 +86,8 @@ class LSTMConfig:
             problems.append(f"dropout: must be in [0, 1), not {self.dropout}")
         if self.attention.scorer == "dot" and self.decoder_size != 2 * self.encoder_size:
             problems.append(
-                f"attention.scorer: dot needs decoder_size = 2 * encoder_size ({2 * self.encoder_size}), "
-                f"not {self.decoder_size}; or use general"
+                "attention.scorer: dot needs decoder_size = 2 * encoder_size "
+                f"({2 * self.encoder_size}), not {self.decoder_size}; or use general"
             )
         if self.tie_embeddings and self.combined_size != self.embedding_dim:
             problems.append(
