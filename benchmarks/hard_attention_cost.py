@@ -41,19 +41,11 @@ GOAL = 1.5
 
 
 def child(prepared: str, model: str, batch_size: int, bf16: bool) -> dict:
-    from train_throughput import timed_updates  # this folder is on sys.path
+    from train_throughput import LSTM_SIZES, timed_updates  # this folder is on sys.path
 
-    sizes = {
-        "embedding_dim": 200,
-        "encoder_layers": 2,
-        "encoder_size": 400,
-        "decoder_layers": 1,
-        "decoder_size": 400,
-        "dropout": 0.4,
-    }
     data = {
         "data": {"prepared": prepared},
-        "model": {**MODELS[model], **sizes},
+        "model": {**MODELS[model], **LSTM_SIZES},
         "train": {"batch_size": batch_size, "bf16": bf16, "threads": 2},
     }
     rate, seconds, parameters = timed_updates(data, UPDATES.get(batch_size, 10))

@@ -27,20 +27,13 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-SIZES = {
-    "embedding_dim": 200,
-    "encoder_layers": 2,
-    "encoder_size": 400,
-    "decoder_layers": 1,
-    "decoder_size": 400,
-    "dropout": 0.4,
-    "attention_size": 256,
-}
+from train_throughput import LSTM_SIZES, WARMUP, trainer_setup  # this folder is on sys.path
+
+SIZES = {**LSTM_SIZES, "attention_size": 256}
 TYPES = {
     "global": {"type": "global", "scorer": "mlp"},
     "local_monotonic": {"type": "local_monotonic", "scorer": "mlp", "window": 2},
@@ -92,9 +85,6 @@ def step_times(lengths: list[int], batch: int, steps: int, repeats: int) -> dict
 def training(prepared: str, batches: list[int], updates: int) -> dict:
     """Seconds per update of global and local_monotonic, paired: both train on the same
     batches in one process, alternating update by update (after WARMUP each)."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from train_throughput import WARMUP, trainer_setup
-
     results = {}
     for batch_size in batches:
         runs = {}

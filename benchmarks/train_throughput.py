@@ -44,17 +44,21 @@ TARGET_FACTOR = {"lstm": 3.0, "transformer": 2.0}
 WARMUP = 3
 
 
+# The LSTM of BENCHMARKS.md (the peer's sizes), shared by the benchmarks of this folder.
+LSTM_SIZES = {
+    "embedding_dim": 200,
+    "encoder_layers": 2,
+    "encoder_size": 400,
+    "decoder_layers": 1,
+    "decoder_size": 400,
+    "dropout": 0.4,
+}
+
+
 def lstm_config():
     from transduce.models.lstm import LSTMConfig
 
-    return LSTMConfig(
-        embedding_dim=200,
-        encoder_layers=2,
-        encoder_size=400,
-        decoder_layers=1,
-        decoder_size=400,
-        dropout=0.4,
-    )
+    return LSTMConfig(**LSTM_SIZES)
 
 
 def transformer_config():

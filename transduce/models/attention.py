@@ -38,9 +38,10 @@ where floor(p_t) is kept within [1, |x|], so it never is empty. Then
 c_t is not normalized (lambda_t scales it, as in the paper). The Gaussian uses the real p_t,
 so gradients reach delta_p_t through it; the window's integer positions do not. Only the
 window is computed: its 2D + 1 encoder states (and keys) are gathered for each step, so a
-step costs O(D), not O(|x|). For the model contract, the weights are normalized over the
-window, a^N a^S / sum(a^N a^S) (lambda_t cancels), and scattered back to full length, zero
-outside the window.
+step costs O(D), not O(|x|) (a source of at most two windows, a word in G2P, is scored
+whole with the window masked: the same weights, cheaper than gathering). For the model
+contract, the weights are normalized over the window, a^N a^S / sum(a^N a^S) (lambda_t
+cancels), and scattered back to full length, zero outside the window.
 """
 
 from __future__ import annotations
