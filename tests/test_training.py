@@ -88,6 +88,7 @@ def test_checkpoints_and_report(tasks, tmp_path: Path):
         "train_loss",
         "dev_loss",
         "dev_scores",
+        "dev_monotonicity",
         "lr",
         "elapsed",
         "examples_per_s",

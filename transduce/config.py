@@ -84,8 +84,52 @@ class DataConfig:
 
 
 @dataclass
+class MonotonicityConfig:
+    """The monotonicity loss of Rios et al. (2021), eq. (4): total = NLL + weight(update) *
+    L_mono over the selected attention mechanisms (`transduce/monotonicity.py` has the
+    definitions).
+
+    `layers` and `heads` are `all` or lists, 1-based as the paper counts (a model with one
+    attention mechanism has layer 1, head 1). The weight schedule: `constant`; `linear_decay`
+    (weight * (1 - update / until), 0 from `until` on); `step` (weight until `until`
+    updates, then weight * `factor`): learn monotone behaviour early, relax it later (§6).
+    `reverse` biases towards decreasing positions (footnote 2).
+    """
+
+    weight: float = 0.0
+    margin: float = 0.0  # delta of eq. (4)
+    layers: Literal["all"] | list[int] = "all"
+    heads: Literal["all"] | list[int] = "all"
+    schedule: Literal["constant", "linear_decay", "step"] = "constant"
+    until: int | None = None  # updates: the end of the decay, or the step
+    factor: float = 0.0  # step: the weight after `until`, as a fraction
+    reverse: bool = False
+
+    def check(self) -> list[str]:
+        problems = []
+        if self.weight < 0 or self.margin < 0:
+            problems.append("weight and margin: must be at least 0")
+        if self.schedule != "constant" and (self.until is None or self.until < 1):
+            problems.append(f"until: the {self.schedule} schedule needs a number of updates")
+        for name in ("layers", "heads"):
+            value = getattr(self, name)
+            if isinstance(value, list) and (not value or min(value) < 1):
+                problems.append(f"{name}: `all` or a list of numbers from 1, not {value}")
+        return problems
+
+    def weight_at(self, update: int) -> float:
+        """The weight for update number `update` (1-based)."""
+        if self.schedule == "linear_decay":
+            return self.weight * max(0.0, 1.0 - update / self.until)  # type: ignore[operator]
+        if self.schedule == "step" and update > self.until:  # type: ignore[operator]
+            return self.weight * self.factor
+        return self.weight
+
+
+@dataclass
 class LossConfig:
     label_smoothing: float = 0.0
+    monotonicity: MonotonicityConfig = field(default_factory=MonotonicityConfig)
 
     def check(self) -> list[str]:
         if not 0 <= self.label_smoothing < 1:

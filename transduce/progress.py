@@ -34,9 +34,13 @@ class Reporter:
 def _summary(entry: dict[str, Any]) -> str:
     scores = " ".join(f"{k} {v:.2f}" for k, v in entry["dev_scores"].items())
     where = f"update {entry['update']} epoch {entry['epoch']:.2f}"
+    mono = entry.get("dev_monotonicity", {}).get("overall")
+    mono_text = (
+        f", %mono {mono['mono']:.1f}" if mono and entry["dev_monotonicity"]["mechanisms"] else ""
+    )
     return (
         f"{where}: train loss {entry['train_loss']:.4f}, "
-        f"dev loss {entry['dev_loss']:.4f}, {scores}, lr {entry['lr']:.2e}, "
+        f"dev loss {entry['dev_loss']:.4f}, {scores}{mono_text}, lr {entry['lr']:.2e}, "
         f"{entry['examples_per_s']:.0f} ex/s, {entry['elapsed']:.0f} s"
     )
 

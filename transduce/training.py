@@ -35,6 +35,7 @@ from transduce.io import atomic_write_text, sha256_file
 from transduce.metrics import get_metric
 from transduce.metrics.corpus import Corpus
 from transduce.models import Model, build_model
+from transduce.monotonicity import MonotonicityStats, monotonicity_loss, select_mechanisms
 from transduce.progress import Reporter
 from transduce.reporting import versions, write_json
 
@@ -158,6 +159,7 @@ class Trainer:
         self.reporter = reporter or Reporter()
         self.device = self._device(config.train.device)
         self.metrics = list(dict.fromkeys([config.train.select_on, *EVAL_METRICS]))
+        self.mechanisms: list[int] = []  # the monotonicity loss's, set with the model
 
     @staticmethod
     def _device(name: str) -> torch.device:
@@ -266,6 +268,8 @@ class Trainer:
                         f"model: the {split} split has a sequence of {longest} positions, more "
                         f"than the model takes ({limit}): raise model.max_positions, or {hint}"
                     )
+        m = c.loss.monotonicity
+        self.mechanisms = select_mechanisms(model.attention_names, m.layers, m.heads)
         return model.to(self.device)
 
     def _autocast(self) -> Any:
@@ -302,10 +306,16 @@ class Trainer:
 
     # ------------------------------------------------------------- evaluation
 
-    def dev_loss(self, model: Model, pairs: list[tuple[list[int], list[int]]]) -> float:
-        """Teacher-forced negative log-likelihood per target token."""
+    def dev_loss(
+        self, model: Model, pairs: list[tuple[list[int], list[int]]]
+    ) -> tuple[float, dict[str, Any]]:
+        """Teacher-forced negative log-likelihood per target token, and the monotonicity
+        (L_mono and %mono at the configured margin) of the selected attention mechanisms."""
         model.eval()
         total, count = 0.0, 0
+        m = self.config.loss.monotonicity
+        names = [model.attention_names[k] for k in self.mechanisms]
+        stats = MonotonicityStats(names, m.margin, m.reverse)
         lengths = [(len(s), len(t)) for s, t in pairs]
         with torch.inference_mode(), self._autocast():
             for chunk in plan_batches(lengths, self.config.train.dev_batch_size, bucketing=True):
@@ -313,10 +323,17 @@ class Trainer:
                     self.device
                 )
                 tokens_ = int(batch.target_mask.sum())
-                total += float(model.loss(batch, model(batch))["nll"]) * tokens_
+                output = model(batch)
+                total += float(model.loss(batch, output)["nll"]) * tokens_
                 count += tokens_
+                stats.add(
+                    output.attention[:, self.mechanisms],
+                    batch.source,
+                    batch.source_mask,
+                    batch.target_mask,
+                )
         model.train()
-        return total / max(count, 1)
+        return total / max(count, 1), stats.summary()
 
     def evaluate(
         self, model: Model, data: Data, evalset: EvalSet
@@ -362,6 +379,11 @@ class Trainer:
         torch.manual_seed(t.seed)
         model = self._model(data)
         self.reporter.message(f"model {c.model_name}: {model.parameter_count():,} parameters")
+        if c.loss.monotonicity.weight > 0 and getattr(c.model, "attention_dropout", 0) > 0:
+            self.reporter.message(
+                "warning: loss.monotonicity.weight > 0 with model.attention_dropout > 0: "
+                "Rios et al. (2021) found this combination reaches a degenerate optimum"
+            )
         optimizer = _adam(model, t.optimizer)
         schedule = Schedule(t.schedule, optimizer, t.optimizer.lr)
         progress = Progress()
@@ -466,8 +488,22 @@ class Trainer:
             [data.train[i][0] for i in indices], [data.train[i][1] for i in indices]
         ).to(self.device)
         schedule.before_update(number)
+        m = self.config.loss.monotonicity
+        weight = m.weight_at(number)
         with self._autocast():
-            losses = model.loss(batch, model(batch), self.config.loss.label_smoothing)
+            output = model(batch)
+            losses = model.loss(batch, output, self.config.loss.label_smoothing)
+            if weight > 0:  # Rios et al. (2021): NLL + lambda * L_mono, eq. (4)
+                mono = monotonicity_loss(
+                    output.attention.float(),
+                    batch.source,
+                    batch.source_mask,
+                    batch.target_mask,
+                    m.margin,
+                    self.mechanisms,
+                    m.reverse,
+                )
+                losses["loss"] = losses["loss"] + weight * mono
         optimizer.zero_grad(set_to_none=True)
         losses["loss"].backward()
         if t.clip_norm is not None:
@@ -486,7 +522,7 @@ class Trainer:
         lower_is_better: bool,
     ) -> None:
         t = self.config.train
-        dev_loss = self.dev_loss(model, data.dev)
+        dev_loss, monotonicity = self.dev_loss(model, data.dev)
         scores, _ = self.evaluate(model, data, data.dev_eval)
         score = scores[t.select_on]
         improved = progress.best_score is None or (
@@ -498,6 +534,7 @@ class Trainer:
             "train_loss": progress.loss_sum / max(progress.loss_updates, 1),
             "dev_loss": dev_loss,
             "dev_scores": scores,
+            "dev_monotonicity": monotonicity,
             "lr": schedule.lr,
             "elapsed": progress.elapsed,
             "examples_per_s": progress.examples / max(progress.train_seconds, 1e-9),

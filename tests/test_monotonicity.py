@@ -1,0 +1,157 @@
+"""The monotonicity loss and %mono (Rios et al. 2021, eqs. 3-4 and §4.2), by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from transduce import config as configuration
+from transduce.errors import ConfigError
+from transduce.monotonicity import (
+    MonotonicityStats,
+    monotonicity_loss,
+    pairwise_costs,
+    select_mechanisms,
+)
+from transduce.special import SEP_ID
+from transduce.training import Trainer
+
+from .toy import TINY_LSTM, recipe, write_task
+
+DIAGONAL = torch.eye(3)
+REVERSED = torch.eye(3).flip(1)
+CONSTANT = torch.tensor([[0.0, 1.0, 0.0]] * 3)
+
+
+def one(matrix: torch.Tensor, source=None):
+    """A batch of one: attention 1 x 1 x T x S, source ids, masks (every position real)."""
+    T, S = matrix.shape
+    source = torch.tensor([source or [7] * S])
+    return matrix[None, None].double(), source, source != 0, torch.ones(1, T, dtype=torch.bool)
+
+
+def stats_of(matrix, delta, source=None) -> tuple[float, float]:
+    stats = MonotonicityStats(["attention"], delta)
+    stats.add(*one(matrix, source))
+    return stats.loss(0), stats.percent(0)
+
+
+# |X| = |Y| = 3, so the margin delta |X| / |Y| = delta. Mean positions (eq. 3): diagonal
+# 1, 2, 3; reversed 3, 2, 1; constant 2, 2, 2. Eq. (4) per pair: (a_i - a_{i+1} + delta) / 3;
+# L_mono = the sum over the 2 pairs / 3 target tokens.
+@pytest.mark.parametrize(
+    ("matrix", "delta", "loss", "mono"),
+    [
+        (DIAGONAL, 0.0, 0.0, 100.0),
+        (DIAGONAL, 0.5, 0.0, 100.0),
+        (DIAGONAL, 1.0, 0.0, 100.0),  # rises by exactly |X| / |Y|: monotone
+        (REVERSED, 0.0, (1 / 3 + 1 / 3) / 3, 0.0),
+        (REVERSED, 0.5, (1.5 / 3 + 1.5 / 3) / 3, 0.0),
+        (REVERSED, 1.0, (2 / 3 + 2 / 3) / 3, 0.0),
+        (CONSTANT, 0.0, 0.0, 100.0),  # weakly increasing
+        (CONSTANT, 0.5, (0.5 / 3 + 0.5 / 3) / 3, 0.0),
+        (CONSTANT, 1.0, (1 / 3 + 1 / 3) / 3, 0.0),
+    ],
+    ids=[f"{m}-{d}" for m in ("diagonal", "reversed", "constant") for d in (0, 0.5, 1)],
+)
+def test_hand_computed_loss_and_percent(matrix, delta, loss, mono):
+    assert stats_of(matrix, delta) == (pytest.approx(loss), pytest.approx(mono))
+    attention, source, source_mask, target_mask = one(matrix)
+    value = monotonicity_loss(attention, source, source_mask, target_mask, delta, [0])
+    assert float(value) == pytest.approx(loss)
+
+
+def test_unequal_lengths_and_a_half_monotone_output():
+    # |X| = 4, |Y| = 3: margin at delta 1 is 4/3. Mean positions 1.5, 3.5, 3.0.
+    matrix = torch.tensor([[0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5], [0, 0, 1.0, 0]])
+    loss, mono = stats_of(matrix, 1.0)
+    # pair 1: (1.5 - 3.5 + 4/3) / 4 < 0 -> 0; pair 2: (3.5 - 3 + 4/3) / 4 = 11/24
+    assert loss == pytest.approx((11 / 24) / 3) and mono == pytest.approx(50.0)
+    assert stats_of(matrix, 0.0) == (pytest.approx((0.5 / 4) / 3), pytest.approx(50.0))
+
+
+def test_padding_is_left_out():
+    # item 1: the diagonal of 2 x 2 inside a 3 x 3 padded batch; item 2: reversed 3 x 3
+    attention = torch.zeros(2, 1, 3, 3, dtype=torch.float64)
+    attention[0, 0, :2, :2] = torch.eye(2)
+    attention[1, 0] = REVERSED
+    source = torch.tensor([[7, 7, 0], [7, 7, 7]])
+    target_mask = torch.tensor([[True, True, False], [True, True, True]])
+    stats = MonotonicityStats(["attention"], 0.0)
+    stats.add(attention, source, source != 0, target_mask)
+    assert stats.pairs == 1 + 2 and stats.tokens == 2 + 3
+    assert stats.percent(0) == pytest.approx(100 / 3)
+    assert stats.loss(0) == pytest.approx((1 / 3 + 1 / 3) / 5)
+
+
+def test_positions_left_of_the_separator_are_left_out():
+    # tags t1 t2 <sep> l1 l2 l3: |X| = 3. Step 1 puts half its mass on a tag: renormalized
+    # over the lemma it is at l1 (a = 1); step 2 at l3 (a = 3); step 3 at l2 (a = 2).
+    matrix = torch.zeros(3, 6)
+    matrix[0, 0], matrix[0, 3] = 0.5, 0.5
+    matrix[1, 5] = 1.0
+    matrix[2, 4] = 1.0
+    source = [8, 9, SEP_ID, 10, 11, 12]
+    loss, mono = stats_of(matrix, 0.0, source)
+    assert loss == pytest.approx(((3 - 2) / 3) / 3) and mono == pytest.approx(50.0)
+    terms, _ = pairwise_costs(*one(matrix, source), delta=0.0)
+    assert terms[0, 0].tolist() == pytest.approx([(1 - 3) / 3, (3 - 2) / 3])
+
+
+def test_reverse_swaps_the_direction():
+    attention, source, source_mask, target_mask = one(REVERSED)
+    forward = monotonicity_loss(attention, source, source_mask, target_mask, 0.0, [0])
+    backward = monotonicity_loss(attention, source, source_mask, target_mask, 0.0, [0], True)
+    assert float(forward) > 0 and float(backward) == 0
+
+
+def test_gradient_of_the_loss():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 5, 6, dtype=torch.float64, requires_grad=True)
+    source = torch.tensor([[7] * 6, [7, 7, 7, 7, 0, 0]])
+    target_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+
+    def loss(logits):
+        attention = torch.softmax(logits.masked_fill(source[:, None, None] == 0, -1e9), -1)
+        return monotonicity_loss(attention, source, source != 0, target_mask, 0.5, [0, 2])
+
+    assert float(loss(logits).detach()) > 0
+    assert torch.autograd.gradcheck(loss, (logits,))
+
+
+def test_mechanism_selection():
+    names = [f"decoder.{layer}.head.{head}" for layer in (1, 2) for head in (1, 2, 3)]
+    assert select_mechanisms(names, "all", "all") == list(range(6))
+    assert select_mechanisms(names, "all", [1]) == [0, 3]  # one head per layer
+    assert select_mechanisms(names, [2], [2, 3]) == [4, 5]
+    assert select_mechanisms(["attention"], [1], [1]) == [0]
+    with pytest.raises(ConfigError, match="no head 4"):
+        select_mechanisms(names, "all", [4])
+
+
+def test_weight_schedules():
+    def weight(**options):
+        data = {"data": {"prepared": "x"}, "model": {"name": "lstm"}}
+        data["loss"] = {"monotonicity": {"weight": 0.2, **options}}
+        m = configuration.parse(data).loss.monotonicity
+        return [m.weight_at(u) for u in (1, 50, 100, 150)]
+
+    assert weight() == [0.2] * 4
+    assert weight(schedule="linear_decay", until=100) == pytest.approx([0.198, 0.1, 0, 0])
+    assert weight(schedule="step", until=100, factor=0.5) == [0.2, 0.2, 0.2, 0.1]
+    with pytest.raises(ConfigError, match="until: the step schedule needs"):
+        weight(schedule="step")
+
+
+def test_training_with_the_loss_raises_percent_mono(tmp_path: Path):
+    task = write_task(tmp_path, "reverse", n=300)  # reversal: the baseline is not monotone
+    runs = {}
+    for weight in (0.0, 10.0):  # a short run: a large weight, for the loss to matter yet
+        data = recipe(task, TINY_LSTM, max_epochs=4)
+        data["loss"] = {"monotonicity": {"weight": weight}}
+        report = Trainer(configuration.parse(data), tmp_path / f"w{weight}").run()
+        runs[weight] = report["history"][-1]["dev_monotonicity"]["overall"]
+    assert runs[10.0]["mono"] > runs[0.0]["mono"] + 30, runs
+    assert runs[10.0]["loss"] < runs[0.0]["loss"] / 2, runs

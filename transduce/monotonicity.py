@@ -1,0 +1,177 @@
+"""The monotonicity loss and %mono of Rios, Amrhein, Aepli and Sennrich (2021), §3 and §4.2,
+for any model of the zoo through its attention B x K x T x S (K mechanisms).
+
+Definitions, shared by the training loss, the dev statistics in train.json and
+`transduce analyze-monotonicity`:
+
+- The **counted source positions** are the real source tokens (transduce sources carry no
+  end-of-sequence symbol); when a source has a `<sep>` (inflection, §4.1), only the
+  positions right of its first `<sep>`: the tags and `<sep>` itself are left out.
+  |X| is their number and j = 1 .. |X| their 1-based positions.
+- |Y| is the number of output steps, **end-of-sequence included** (every step attends).
+- The attention is renormalized over the counted positions, alpha'_ij = alpha_ij / sum over
+  counted k of alpha_ik (the identity without `<sep>`; with it, the mass on the tags is set
+  aside, so a_i is a position in the lemma). The sum is floored at 1e-6.
+- Mean attended position, eq. (3): a_i = sum_j alpha'_ij * j.
+- Pairwise cost, eq. (4): c_i = max((a_i - a_{i+1} + delta |X| / |Y|) / |X|, 0) for
+  i = 1 .. |Y| - 1; with `reverse` (footnote 2), a_{i+1} and a_i swap places.
+- **L_mono** of a batch: the sum of c_i over every pair of every sequence, divided by the
+  number of target tokens (EOS included), like the cross-entropy; for several mechanisms,
+  the mean over the selected ones.
+- **%mono**: 100 x the share of pairs with c_i = 0, i.e. whose mean position rises by at
+  least delta |X| / |Y| (up to 1e-6 |X|, for rounding). The denominator is the number of
+  pairs, so a perfectly monotone output reaches 100.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from transduce.errors import ConfigError
+from transduce.special import SEP_ID
+
+TOLERANCE = 1e-6  # a pair whose cost before the max is at most this is monotone
+FLOOR = 1e-6  # the renormalizing mass over the counted positions is at least this
+
+
+def layer_and_head(name: str) -> tuple[int, int]:
+    """(layer, head), 1-based, of a mechanism named like "decoder.2.head.3"; (1, 1) for a
+    model with a single attention ("attention")."""
+    found = re.fullmatch(r"[a-z]+\.(\d+)\.head\.(\d+)", name)
+    return (int(found.group(1)), int(found.group(2))) if found else (1, 1)
+
+
+def select_mechanisms(
+    names: list[str], layers: str | list[int], heads: str | list[int]
+) -> list[int]:
+    """Indices into `names` of the mechanisms in `layers` and `heads` (`all` or 1-based
+    lists); a `ConfigError` names a layer or head the model does not have."""
+    places = [layer_and_head(n) for n in names]
+    for what, wanted, have in (
+        ("layers", layers, {layer for layer, _ in places}),
+        ("heads", heads, {head for _, head in places}),
+    ):
+        if wanted != "all" and not set(wanted) <= have:
+            missing = sorted(set(wanted) - have)
+            raise ConfigError(
+                f"loss.monotonicity.{what}: the model has no {what[:-1]} {missing[0]} "
+                f"(it has {', '.join(map(str, sorted(have)))})"
+            )
+    return [
+        k
+        for k, (layer, head) in enumerate(places)
+        if (layers == "all" or layer in layers) and (heads == "all" or head in heads)
+    ]
+
+
+def counted_positions(source: Tensor, source_mask: Tensor) -> Tensor:
+    """1-based positions of the counted source tokens, 0 elsewhere: B x S (long)."""
+    sep = source == SEP_ID  # B x S
+    after = (sep.long().cumsum(dim=1) > 0) & ~sep  # right of the first <sep>
+    has_sep = sep.any(dim=1, keepdim=True)  # B x 1
+    counted = source_mask & torch.where(has_sep, after, torch.ones_like(after))  # B x S
+    return counted.long().cumsum(dim=1) * counted
+
+
+def mean_positions(attention: Tensor, positions: Tensor) -> Tensor:
+    """Eq. (3) over the counted positions: B x K x T from attention B x K x T x S."""
+    weights = positions.to(attention.dtype)[:, None, None, :]  # B x 1 x 1 x S
+    counted = (positions > 0).to(attention.dtype)[:, None, None, :]
+    mass = (attention * counted).sum(dim=-1).clamp(min=FLOOR)  # B x K x T
+    return (attention * weights).sum(dim=-1) / mass
+
+
+def pairwise_costs(
+    attention: Tensor,
+    source: Tensor,
+    source_mask: Tensor,
+    target_mask: Tensor,
+    delta: float,
+    reverse: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """The terms of eq. (4) before the max, B x K x (T - 1), and the mask of real pairs
+    B x (T - 1) (both steps real, and at least one counted source position)."""
+    positions = counted_positions(source, source_mask)  # B x S
+    x = positions.max(dim=1).values.to(attention.dtype)  # |X|, B
+    y = target_mask.sum(dim=1).to(attention.dtype)  # |Y|, B
+    a = mean_positions(attention, positions)  # B x K x T
+    step = a[..., :-1] - a[..., 1:] if not reverse else a[..., 1:] - a[..., :-1]
+    margin = (delta * x / y.clamp(min=1))[:, None, None]  # B x 1 x 1
+    terms = (step + margin) / x.clamp(min=1)[:, None, None]  # B x K x (T-1)
+    pairs = target_mask[:, :-1] & target_mask[:, 1:] & (x > 0).unsqueeze(1)  # B x (T-1)
+    return terms, pairs
+
+
+def monotonicity_loss(
+    attention: Tensor,
+    source: Tensor,
+    source_mask: Tensor,
+    target_mask: Tensor,
+    delta: float,
+    mechanisms: list[int],
+    reverse: bool = False,
+) -> Tensor:
+    """L_mono of a batch (eq. 4, per target token), averaged over `mechanisms` (indices
+    into K): a scalar with gradients."""
+    terms, pairs = pairwise_costs(
+        attention[:, mechanisms], source, source_mask, target_mask, delta, reverse
+    )
+    costs = terms.clamp(min=0) * pairs.unsqueeze(1)  # B x K' x (T-1)
+    tokens = target_mask.sum().clamp(min=1)
+    return costs.sum(dim=(0, 2)).mean() / tokens
+
+
+@dataclass
+class MonotonicityStats:
+    """Running sums over batches, per mechanism: the loss and %mono of a dataset."""
+
+    names: list[str]
+    delta: float
+    reverse: bool = False
+    cost: list[float] = field(default_factory=list)  # sum of c_i, per mechanism
+    monotone: list[int] = field(default_factory=list)  # pairs with c_i = 0, per mechanism
+    pairs: int = 0
+    tokens: int = 0
+
+    def __post_init__(self) -> None:
+        self.cost = self.cost or [0.0] * len(self.names)
+        self.monotone = self.monotone or [0] * len(self.names)
+
+    def add(self, attention: Tensor, source: Tensor, source_mask: Tensor, target_mask: Tensor):
+        """Add a batch (attention B x K x T x S of the K mechanisms of `names`)."""
+        terms, pairs = pairwise_costs(
+            attention.double(), source, source_mask, target_mask, self.delta, self.reverse
+        )
+        x = counted_positions(source, source_mask).max(dim=1).values.double()  # B
+        mask = pairs.unsqueeze(1)  # B x 1 x (T-1)
+        costs = (terms.clamp(min=0) * mask).sum(dim=(0, 2))  # K
+        flat = (terms <= TOLERANCE / x.clamp(min=1)[:, None, None]) & mask
+        for k in range(len(self.names)):
+            self.cost[k] += float(costs[k])
+            self.monotone[k] += int(flat[:, k].sum())
+        self.pairs += int(pairs.sum())
+        self.tokens += int(target_mask.sum())
+
+    def loss(self, k: int) -> float:
+        return self.cost[k] / max(self.tokens, 1)
+
+    def percent(self, k: int) -> float:
+        return 100.0 * self.monotone[k] / max(self.pairs, 1)
+
+    def summary(self) -> dict:
+        """{"delta", "overall": {"mono", "loss"}, "mechanisms": {name: {"mono", "loss"}}};
+        overall is the mean over the mechanisms (as the loss averages them)."""
+        per = {
+            name: {"mono": self.percent(k), "loss": self.loss(k)}
+            for k, name in enumerate(self.names)
+        }
+        n = max(len(self.names), 1)
+        overall = {
+            "mono": sum(p["mono"] for p in per.values()) / n,
+            "loss": sum(p["loss"] for p in per.values()) / n,
+        }
+        return {"delta": self.delta, "overall": overall, "mechanisms": per}
