@@ -135,6 +135,18 @@ VARIANTS = {
             tie_embeddings="none",
         ),
     ),
+    "transformer-drophead-separator": (
+        "transformer",
+        TransformerConfig(
+            encoder_layers=1,
+            decoder_layers=2,
+            d_model=16,
+            heads=4,
+            feedforward=24,
+            drophead=0.3,
+            position_scheme="separator",
+        ),
+    ),
     "transformer-tie-all": (
         "transformer",
         TransformerConfig(

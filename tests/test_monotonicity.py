@@ -155,3 +155,65 @@ def test_training_with_the_loss_raises_percent_mono(tmp_path: Path):
         runs[weight] = report["history"][-1]["dev_monotonicity"]["overall"]
     assert runs[10.0]["mono"] > runs[0.0]["mono"] + 30, runs
     assert runs[10.0]["loss"] < runs[0.0]["loss"] / 2, runs
+
+
+def test_separator_centred_positions():
+    from transduce.models.transformer import separator_positions
+
+    source = torch.tensor([[8, 9, SEP_ID, 10, 11, 0], [10, 11, 12, 0, 0, 0]])
+    assert separator_positions(source).tolist() == [[-2, -1, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5]]
+    with pytest.raises(ConfigError, match="separator needs sinusoidal positions"):
+        configuration.parse(
+            {
+                "data": {"prepared": "x"},
+                "model": {
+                    "name": "transformer",
+                    "positions": "learned",
+                    "position_scheme": "separator",
+                },
+            }
+        )
+
+
+def test_drophead_drops_whole_heads_and_rescales():
+    from transduce.models.transformer import DropHead
+
+    torch.manual_seed(0)
+    layer = DropHead(0.5).train()
+    x = torch.ones(4000, 4, 3, 2)
+    y = layer(x)
+    per_head = y[:, :, 0, 0]  # each head is 0 or scaled as a whole
+    assert (y == per_head[:, :, None, None]).all()
+    kept = (per_head > 0).sum(dim=1)
+    scale = per_head.max(dim=1).values
+    assert torch.equal(scale[kept > 0], (4 / kept[kept > 0]).float())
+    assert per_head.sum(dim=1)[kept > 0].eq(4).all()  # heads / kept: the sum is kept
+    assert abs(float((per_head > 0).float().mean()) - 0.5) < 0.02
+    assert torch.equal(layer.eval()(x), x)
+
+
+def test_warning_for_the_loss_with_attention_dropout(tmp_path: Path):
+    from transduce.progress import Reporter
+
+    class Recorder(Reporter):
+        def __init__(self):
+            self.messages = []
+
+        def message(self, text):
+            self.messages.append(text)
+
+    task = write_task(tmp_path, "copy", n=100)
+    model = {
+        "name": "transformer",
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "d_model": 16,
+        "heads": 2,
+        "feedforward": 16,
+        "attention_dropout": 0.1,
+    }
+    data = recipe(task, model, max_updates=1)
+    data["loss"] = {"monotonicity": {"weight": 0.1}}
+    reporter = Recorder()
+    Trainer(configuration.parse(data), tmp_path / "run", reporter=reporter).run()
+    assert any("degenerate optimum" in m for m in reporter.messages)

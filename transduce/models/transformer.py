@@ -28,7 +28,7 @@ from transduce.data.batching import Batch
 from transduce.errors import DataError
 from transduce.models.base import Model, Seq2SeqOutput, State, Step, register
 from transduce.models.layers import Dropout
-from transduce.special import PAD_ID
+from transduce.special import PAD_ID, SEP_ID
 
 
 @dataclass
@@ -41,10 +41,17 @@ class TransformerConfig:
     dropout: float = 0.3  # residual branches (and embeddings, unless embedding_dropout)
     embedding_dropout: float | None = None  # None: as dropout
     attention_dropout: float = 0.0  # on attention weights
+    # DropHead (Zhou et al. 2020): in training, each head of every attention is dropped with
+    # this probability for each example, the kept heads rescaled by heads / kept
+    drophead: float = 0.0
     activation_dropout: float = 0.0  # inside the feed-forward block
     norm: Literal["pre", "post"] = "pre"
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
     max_positions: int = 512  # learned positions only
+    # source positions: vanilla 0, 1, 2, ...; separator (Rios et al. 2021, Figure 2): <sep>
+    # at 0, the tags left of it at -1, -2, ..., the lemma at 1, 2, ... (sources without
+    # <sep> keep vanilla positions); sinusoidal positions only
+    position_scheme: Literal["vanilla", "separator"] = "vanilla"
     tie_embeddings: Literal["none", "target", "all"] = "target"
 
     def check(self) -> list[str]:
@@ -61,7 +68,15 @@ class TransformerConfig:
                 problems.append(f"{name}: must be at least 1")
         if self.heads >= 1 and self.d_model % self.heads:
             problems.append(f"heads: must divide d_model ({self.d_model}), not {self.heads}")
-        for name in ("dropout", "embedding_dropout", "attention_dropout", "activation_dropout"):
+        if self.position_scheme == "separator" and self.positions != "sinusoidal":
+            problems.append("position_scheme: separator needs sinusoidal positions")
+        for name in (
+            "dropout",
+            "embedding_dropout",
+            "attention_dropout",
+            "activation_dropout",
+            "drophead",
+        ):
             if not 0 <= (getattr(self, name) or 0) < 1:
                 problems.append(f"{name}: must be in [0, 1)")
         return problems
@@ -69,14 +84,30 @@ class TransformerConfig:
 
 def sinusoids(length: int, dim: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): length x dim."""
-    position = torch.arange(length, dtype=torch.float32).unsqueeze(1)  # L x 1
+    return sinusoids_at(torch.arange(length), dim)  # L x D
+
+
+def sinusoids_at(positions: Tensor, dim: int) -> Tensor:
+    """The sinusoidal encodings of integer positions (any shape, negative ones too)."""
+    position = positions.to(torch.float32).unsqueeze(-1)  # ... x 1
     rate = torch.exp(
-        torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim)
+        torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device)
+        * (-math.log(10000.0) / dim)
     )  # D/2
-    table = torch.zeros(length, dim)
-    table[:, 0::2] = torch.sin(position * rate)
-    table[:, 1::2] = torch.cos(position * rate[: dim // 2])
-    return table  # L x D
+    table = position.new_zeros(*positions.shape, dim)
+    table[..., 0::2] = torch.sin(position * rate)
+    table[..., 1::2] = torch.cos(position * rate[: dim // 2])
+    return table  # ... x D
+
+
+def separator_positions(source: Tensor) -> Tensor:
+    """Positions of Rios et al. (2021), Figure 2: the first <sep> at 0, left of it -1, -2,
+    ..., right of it 1, 2, ...; rows without <sep> count 0, 1, 2, ...: B x S."""
+    width = source.shape[1]
+    index = torch.arange(width, device=source.device).expand_as(source)  # B x S
+    sep = source == SEP_ID
+    first = torch.where(sep.any(dim=1), sep.int().argmax(dim=1), 0)  # B
+    return index - first.unsqueeze(1)
 
 
 class Positions(nn.Module):
@@ -91,6 +122,8 @@ class Positions(nn.Module):
 
     def forward(self, positions: Tensor) -> Tensor:
         """Encodings of integer positions (any shape) -> shape x D."""
+        if self.kind != "learned" and positions.numel() and int(positions.min()) < 0:
+            return sinusoids_at(positions, self.dim)  # separator positions: some negative
         top = int(positions.max()) + 1 if positions.numel() else 0
         if self.kind == "learned":
             if top > self.maximum:
@@ -115,14 +148,31 @@ def _merge(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(b, t, h * d)  # B x T x D
 
 
+class DropHead(nn.Module):
+    """DropHead (Zhou et al. 2020): in training, zero each head's output B x H x T x Dh with
+    probability p per example and rescale the kept heads by H / kept (0 if none is kept)."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0:
+            return x
+        keep = (torch.rand(x.shape[0], x.shape[1], 1, 1, device=x.device) >= self.p).to(x.dtype)
+        kept = keep.sum(dim=1, keepdim=True)  # B x 1 x 1 x 1
+        return x * keep * (x.shape[1] / kept.clamp(min=1))
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention through the fused kernel (no weights returned)."""
 
-    def __init__(self, dim: int, heads: int, dropout: float) -> None:
+    def __init__(self, dim: int, heads: int, dropout: float, drophead: float = 0.0) -> None:
         super().__init__()
         self.heads, self.dropout = heads, dropout
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
+        self.drophead = DropHead(drophead)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
         q, k, v = (
@@ -130,9 +180,8 @@ class SelfAttention(nn.Module):
         )  # B x H x T x Dh
         attn_mask = None if mask is None else mask[:, None, None, :]  # B x 1 x 1 x S
         p = self.dropout if self.training else 0.0
-        return self.out(
-            _merge(F.scaled_dot_product_attention(q, k, v, attn_mask, p, is_causal=causal))
-        )
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask, p, is_causal=causal)
+        return self.out(_merge(self.drophead(context)))  # B x T x D
 
     def step(self, x: Tensor, past_k: Tensor, past_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """One new position x (B x 1 x D) over the cached keys and values (B x H x t x Dh)."""
@@ -146,13 +195,14 @@ class SelfAttention(nn.Module):
 class CrossAttention(nn.Module):
     """Multi-head attention over the encoder states, on the explicit path (weights kept)."""
 
-    def __init__(self, dim: int, heads: int, dropout: float) -> None:
+    def __init__(self, dim: int, heads: int, dropout: float, drophead: float = 0.0) -> None:
         super().__init__()
         self.heads = heads
         self.query = nn.Linear(dim, dim)
         self.kv = nn.Linear(dim, 2 * dim)
         self.out = nn.Linear(dim, dim)
         self.drop = Dropout(dropout)
+        self.drophead = DropHead(drophead)
 
     def memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of the encoder states, B x H x S x Dh each (computed once)."""
@@ -163,7 +213,7 @@ class CrossAttention(nn.Module):
         q = _heads(self.query(x), self.heads)  # B x H x T x Dh
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])  # B x H x T x S
         weights = torch.softmax(scores.masked_fill(~mask[:, None, None, :], float("-inf")), dim=-1)
-        context = torch.matmul(self.drop(weights), v)  # B x H x T x Dh
+        context = self.drophead(torch.matmul(self.drop(weights), v))  # B x H x T x Dh
         return self.out(_merge(context)), weights
 
 
@@ -198,7 +248,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, c: TransformerConfig) -> None:
         super().__init__()
         pre = c.norm == "pre"
-        self.attention = SelfAttention(c.d_model, c.heads, c.attention_dropout)
+        self.attention = SelfAttention(c.d_model, c.heads, c.attention_dropout, c.drophead)
         self.feedforward = FeedForward(c.d_model, c.feedforward, c.activation_dropout)
         self.first, self.second = (
             Sublayer(c.d_model, c.dropout, pre),
@@ -214,8 +264,8 @@ class DecoderLayer(nn.Module):
     def __init__(self, c: TransformerConfig) -> None:
         super().__init__()
         pre = c.norm == "pre"
-        self.self_attention = SelfAttention(c.d_model, c.heads, c.attention_dropout)
-        self.cross_attention = CrossAttention(c.d_model, c.heads, c.attention_dropout)
+        self.self_attention = SelfAttention(c.d_model, c.heads, c.attention_dropout, c.drophead)
+        self.cross_attention = CrossAttention(c.d_model, c.heads, c.attention_dropout, c.drophead)
         self.feedforward = FeedForward(c.d_model, c.feedforward, c.activation_dropout)
         self.subs = nn.ModuleList(Sublayer(c.d_model, c.dropout, pre) for _ in range(3))
 
@@ -293,12 +343,18 @@ class TransformerModel(Model):
             for head in range(1, c.heads + 1)
         ]
 
-    def _embed(self, embedding: nn.Embedding, ids: Tensor, start: Tensor | int = 0) -> Tensor:
-        positions = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0) + start  # (1|B) x T
+    def _embed(
+        self, embedding: nn.Embedding, ids: Tensor, positions: Tensor | None = None
+    ) -> Tensor:
+        if positions is None:
+            positions = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)  # 1 x T
         return self.drop(embedding(ids) * self.scale + self.positions(positions))  # B x T x D
 
     def encode(self, batch: Batch) -> Tensor:
-        x = self._embed(self.source_embedding, batch.source)  # B x S x D
+        positions = None
+        if self.config.position_scheme == "separator":
+            positions = separator_positions(batch.source)  # B x S
+        x = self._embed(self.source_embedding, batch.source, positions)  # B x S x D
         for layer in self.encoder:
             x = layer(x, batch.source_mask)
         return self.encoder_norm(x)  # B x S x D
