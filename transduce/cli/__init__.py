@@ -92,6 +92,7 @@ def main(
     """Neural character- and word-level transduction from the command line."""
 
 
+from transduce.cli import analyze as _analyze  # noqa: E402, F401
 from transduce.cli import decode as _decode  # noqa: E402, F401
 from transduce.cli import prepare as _prepare  # noqa: E402, F401  (registers the command)
 from transduce.cli import score as _score  # noqa: E402, F401

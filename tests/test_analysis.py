@@ -1,0 +1,108 @@
+"""`analyze-monotonicity`: crossing alignments by hand, and the command on a tiny model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from transduce.analysis import crosses
+
+from .toy import TINY_LSTM, recipe, write_task
+
+
+def positions(n: int, tags: int = 0) -> torch.Tensor:
+    """Counted positions of a source of `tags` tags, <sep>, then n symbols (or n symbols)."""
+    if not tags:
+        return torch.arange(1, n + 1)
+    return torch.cat([torch.zeros(tags + 1, dtype=torch.long), torch.arange(1, n + 1)])
+
+
+def test_crossing_edges_by_hand():
+    diagonal = torch.eye(3)[None]  # 1 x T x S
+    assert not crosses(diagonal, positions(3), 0.1).item()
+    swapped = torch.tensor([[[0.0, 1, 0], [1, 0, 0], [0, 0, 1]]])  # steps 1, 2 cross
+    assert crosses(swapped, positions(3), 0.1).item()
+    # the crossing edge has weight 0.05: below the threshold it does not count
+    faint = torch.tensor([[[0.0, 0.95, 0.05], [0.05, 0.0, 0.95], [0, 0, 1]]])
+    assert not crosses(faint, positions(3), 0.1).item()
+    assert crosses(faint, positions(3), 0.01).item()
+    # staying on a position, and spreading over two, is monotone
+    spread = torch.tensor([[[0.5, 0.5, 0], [0, 0.5, 0.5], [0, 0, 1], [0, 0, 1]]])
+    assert not crosses(spread, positions(3), 0.1).item()
+    # two mechanisms at once
+    both = torch.cat([diagonal, swapped])
+    assert crosses(both, positions(3), 0.1).tolist() == [False, True]
+
+
+def test_tags_left_of_the_separator_take_no_part():
+    # source: tag <sep> l1 l2; step 2 puts its weight on the tag: left out
+    matrix = torch.tensor([[[0.0, 0, 1, 0], [0.6, 0, 0, 0.4], [0, 0, 0, 1]]])
+    assert not crosses(matrix, positions(2, tags=1), 0.1).item()
+    matrix[0, 0] = torch.tensor([0.0, 0, 0, 1])  # step 1 at l2,
+    matrix[0, 1] = torch.tensor([0.6, 0, 0.4, 0])  # step 2 back at l1 (0.4 -> 1.0): crossing
+    assert crosses(matrix, positions(2, tags=1), 0.1).item()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny trained run directory and its prepared data."""
+    from transduce import config as configuration
+    from transduce.training import Trainer
+
+    root = tmp_path_factory.mktemp("analyze")
+    task = write_task(root, "copy", n=200)
+    data = recipe(task, TINY_LSTM, max_updates=40, validate_every=20)
+    Trainer(configuration.parse(data), root / "run").run()
+    return root / "run", task
+
+
+def test_the_command_reports_tables_json_and_a_file(run, trained, tmp_path: Path):
+    trained, prepared = trained
+    data = prepared / "test.tsv"
+    examples = len(data.read_text(encoding="utf-8").splitlines())
+    result = run("analyze-monotonicity", trained, data)
+    assert result.exit_code == 0, result.output
+    assert "%mono" in result.stderr and "crossing" in result.stderr
+    report = tmp_path / "report.json"
+    shown = run("analyze-monotonicity", trained, data, "--decoded", "--json", "--report", report)
+    assert shown.exit_code == 0, shown.output
+    printed = json.loads(shown.stdout)
+    assert printed == json.loads(report.read_text(encoding="utf-8"))
+    assert printed["mode"] == "decoded" and printed["examples"] == examples
+    assert set(printed["monotonicity"]) == {"0.0", "0.5", "1.0"}
+    counts = printed["crossings"]["attention"]
+    assert sum(counts.values()) == examples
+    correct = counts["monotonic_correct"] + counts["crossing_correct"]
+    assert correct == pytest.approx(printed["accuracy"] * examples / 100)
+    for delta, stats in printed["monotonicity"].items():
+        assert 0 <= stats["overall"]["mono"] <= 100, delta
+    # a prepared directory reads its test split
+    directory = run("analyze-monotonicity", trained, prepared, "--json")
+    assert json.loads(directory.stdout)["examples"] == examples
+
+
+def test_plots_or_terminal_heatmaps(run, trained, tmp_path: Path):
+    trained, prepared = trained
+    data = prepared / "test.tsv"
+    result = run("analyze-monotonicity", trained, data, "--plot", tmp_path / "p", "--lines", "1,2")
+    assert result.exit_code == 0, result.output
+    if importlib.util.find_spec("matplotlib") is None:
+        assert "PNGs need matplotlib" in result.stderr and "line 2, attention" in result.stderr
+    else:
+        assert (tmp_path / "p" / "line1.png").is_file() and (tmp_path / "p" / "line2.png").is_file()
+        assert (tmp_path / "p" / "monotonicity.png").is_file()
+
+
+def test_bad_input_is_one_line_and_exit_2(run, trained, tmp_path: Path):
+    trained, prepared = trained
+    data = prepared / "test.tsv"
+    result = run("analyze-monotonicity", trained, data, "--plot", tmp_path, "--lines", "999")
+    assert result.exit_code == 2 and "--lines: line 999 is not in the data" in result.output
+    unlabelled = tmp_path / "sources.tsv"
+    unlabelled.write_text("a b\t\n", encoding="utf-8")
+    result = run("analyze-monotonicity", trained, unlabelled)
+    assert result.exit_code == 2 and "without a reference" in result.output
