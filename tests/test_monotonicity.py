@@ -217,3 +217,43 @@ def test_warning_for_the_loss_with_attention_dropout(tmp_path: Path):
     reporter = Recorder()
     Trainer(configuration.parse(data), tmp_path / "run", reporter=reporter).run()
     assert any("degenerate optimum" in m for m in reporter.messages)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        {**TINY_LSTM, "attention": {"type": "local_monotonic", "scorer": "mlp"}},
+        {**TINY_LSTM, "name": "hard", "monotonic": True},
+        {
+            "name": "transformer",
+            "encoder_layers": 1,
+            "decoder_layers": 2,
+            "d_model": 16,
+            "heads": 2,
+            "feedforward": 16,
+            "drophead": 0.2,
+            "position_scheme": "separator",
+        },
+    ],
+    ids=["lstm-local", "hard-monotonic", "transformer"],
+)
+def test_every_model_trains_with_the_loss_and_is_analyzed_through_the_cli(run, tmp_path, model):
+    import json
+
+    import yaml
+
+    task = write_task(tmp_path, "copy", n=100)
+    data = recipe(task, model, max_updates=4, validate_every=2)
+    data["loss"] = {"monotonicity": {"weight": 0.1, "margin": 0.5, "heads": [1]}}
+    config = tmp_path / "mono.yaml"
+    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    result = run("train", "--config", config, "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    history = json.loads((tmp_path / "run" / "train.json").read_text(encoding="utf-8"))["history"]
+    recorded = history[-1]["dev_monotonicity"]
+    layers = model.get("decoder_layers", 1)
+    assert len(recorded["mechanisms"]) == layers and recorded["delta"] == 0.5  # head 1 of each
+    analyzed = run("analyze-monotonicity", tmp_path / "run", task / "dev.tsv", "--json")
+    assert analyzed.exit_code == 0, analyzed.output
+    heads = model.get("heads", 1)
+    assert len(json.loads(analyzed.stdout)["mechanisms"]) == layers * heads
