@@ -257,3 +257,15 @@ def test_every_model_trains_with_the_loss_and_is_analyzed_through_the_cli(run, t
     assert analyzed.exit_code == 0, analyzed.output
     heads = model.get("heads", 1)
     assert len(json.loads(analyzed.stdout)["mechanisms"]) == layers * heads
+
+
+def test_negative_positions_are_sinusoids_too():
+    import math
+
+    from transduce.models.transformer import Positions
+
+    positions = torch.tensor([[-3, -2, -1, 0, 1, 2, 300]])  # 300: beyond the cached table
+    rate = torch.exp(torch.arange(0, 16, 2).float() * (-math.log(10000.0) / 16))
+    angle = positions.float().unsqueeze(-1) * rate  # 1 x 7 x 8
+    expected = torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1).flatten(-2)
+    assert torch.allclose(Positions("sinusoidal", 16, 0)(positions), expected, atol=1e-6)

@@ -28,7 +28,7 @@ from torch import Tensor
 from transduce.data.batching import collate, plan_batches
 from transduce.decoding import decode_all
 from transduce.inference import Transducer
-from transduce.monotonicity import MonotonicityStats, counted_positions
+from transduce.monotonicity import FLOOR, MonotonicityStats, counted_positions
 
 DELTAS = (0.0, 0.5, 1.0)
 
@@ -38,7 +38,7 @@ def crosses(attention: Tensor, positions: Tensor, threshold: float) -> Tensor:
     output (its real steps), positions S (1-based counted positions, 0 elsewhere): K bool."""
     counted = positions > 0  # S
     weights = attention[..., counted]  # K x T x X
-    weights = weights / weights.sum(dim=-1, keepdim=True).clamp(min=1e-6)
+    weights = weights / weights.sum(dim=-1, keepdim=True).clamp(min=FLOOR)  # as in the loss
     edges = weights > threshold  # K x T x X
     index = torch.arange(1, weights.shape[-1] + 1)  # 1 .. X
     big = weights.shape[-1] + 1

@@ -96,6 +96,14 @@ def pairwise_costs(
     """The terms of eq. (4) before the max, B x K x (T - 1), and the mask of real pairs
     B x (T - 1) (both steps real, and at least one counted source position)."""
     positions = counted_positions(source, source_mask)  # B x S
+    terms, pairs, _ = _terms(attention, positions, target_mask, delta, reverse)
+    return terms, pairs
+
+
+def _terms(
+    attention: Tensor, positions: Tensor, target_mask: Tensor, delta: float, reverse: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`pairwise_costs` from the counted positions B x S, and |X| (B)."""
     x = positions.max(dim=1).values.to(attention.dtype)  # |X|, B
     y = target_mask.sum(dim=1).to(attention.dtype)  # |Y|, B
     a = mean_positions(attention, positions)  # B x K x T
@@ -103,7 +111,7 @@ def pairwise_costs(
     margin = (delta * x / y.clamp(min=1))[:, None, None]  # B x 1 x 1
     terms = (step + margin) / x.clamp(min=1)[:, None, None]  # B x K x (T-1)
     pairs = target_mask[:, :-1] & target_mask[:, 1:] & (x > 0).unsqueeze(1)  # B x (T-1)
-    return terms, pairs
+    return terms, pairs, x
 
 
 def monotonicity_loss(
@@ -143,10 +151,10 @@ class MonotonicityStats:
 
     def add(self, attention: Tensor, source: Tensor, source_mask: Tensor, target_mask: Tensor):
         """Add a batch (attention B x K x T x S of the K mechanisms of `names`)."""
-        terms, pairs = pairwise_costs(
-            attention.double(), source, source_mask, target_mask, self.delta, self.reverse
+        positions = counted_positions(source, source_mask)  # B x S
+        terms, pairs, x = _terms(
+            attention.double(), positions, target_mask, self.delta, self.reverse
         )
-        x = counted_positions(source, source_mask).max(dim=1).values.double()  # B
         mask = pairs.unsqueeze(1)  # B x 1 x (T-1)
         costs = (terms.clamp(min=0) * mask).sum(dim=(0, 2))  # K
         flat = (terms <= TOLERANCE / x.clamp(min=1)[:, None, None]) & mask

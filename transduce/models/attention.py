@@ -111,11 +111,8 @@ class Attention(nn.Module):
 
     def scores(self, queries: Tensor, keys: Tensor) -> Tensor:
         """Scores for decoder states B x T x H and keys B x S x *: B x T x S."""
-        if self.kind == "mlp":
-            hidden = torch.tanh(
-                self.query(queries).unsqueeze(2) + keys.unsqueeze(1)
-            )  # B x T x S x A
-            return self.vector(hidden).squeeze(-1)  # B x T x S
+        if self.kind == "mlp":  # every step's keys are all the keys
+            return self.window_scores(queries, keys.unsqueeze(1))  # B x T x S
         return torch.bmm(queries, keys.transpose(1, 2))  # B x T x S
 
     def window_scores(self, queries: Tensor, keys: Tensor) -> Tensor | None:

@@ -84,20 +84,14 @@ class TransformerConfig:
 
 def sinusoids(length: int, dim: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): length x dim."""
-    return sinusoids_at(torch.arange(length), dim)  # L x D
-
-
-def sinusoids_at(positions: Tensor, dim: int) -> Tensor:
-    """The sinusoidal encodings of integer positions (any shape, negative ones too)."""
-    position = positions.to(torch.float32).unsqueeze(-1)  # ... x 1
+    position = torch.arange(length, dtype=torch.float32).unsqueeze(1)  # L x 1
     rate = torch.exp(
-        torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device)
-        * (-math.log(10000.0) / dim)
+        torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim)
     )  # D/2
-    table = position.new_zeros(*positions.shape, dim)
-    table[..., 0::2] = torch.sin(position * rate)
-    table[..., 1::2] = torch.cos(position * rate[: dim // 2])
-    return table  # ... x D
+    table = torch.zeros(length, dim)
+    table[:, 0::2] = torch.sin(position * rate)
+    table[:, 1::2] = torch.cos(position * rate[: dim // 2])
+    return table  # L x D
 
 
 def separator_positions(source: Tensor) -> Tensor:
@@ -121,21 +115,25 @@ class Positions(nn.Module):
             self.register_buffer("cache", sinusoids(256, dim), persistent=False)
 
     def forward(self, positions: Tensor) -> Tensor:
-        """Encodings of integer positions (any shape) -> shape x D."""
-        if self.kind != "learned" and positions.numel() and int(positions.min()) < 0:
-            return sinusoids_at(positions, self.dim)  # separator positions: some negative
-        top = int(positions.max()) + 1 if positions.numel() else 0
+        """Encodings of integer positions (any shape; sinusoidal ones may be negative, as
+        separator positions are) -> shape x D."""
         if self.kind == "learned":
+            top = int(positions.max()) + 1 if positions.numel() else 0
             if top > self.maximum:
                 raise DataError(
                     f"a sequence of length {top} is longer than max_positions ({self.maximum})"
                 )
             return self.table(positions)
+        size = positions.abs()
+        top = int(size.max()) + 1 if positions.numel() else 0
         if top > self.cache.shape[0]:
             self.cache = sinusoids(max(top, 2 * self.cache.shape[0]), self.dim).to(
                 self.cache.device
             )
-        return self.cache[positions]
+        table = self.cache[size]
+        if positions.numel() and int(positions.min()) < 0:  # sin is odd, cos even
+            table[..., 0::2] *= torch.where(positions < 0, -1.0, 1.0).unsqueeze(-1)
+        return table
 
 
 def _heads(x: Tensor, heads: int) -> Tensor:
