@@ -147,6 +147,34 @@ VARIANTS = {
             position_scheme="separator",
         ),
     ),
+    "transformer-dufter-encoder": (
+        "transformer",
+        TransformerConfig(
+            encoder_layers=2,
+            decoder_layers=1,
+            d_model=16,
+            heads=2,
+            feedforward=24,
+            max_positions=12,
+            position_mode="direct_both",
+            learnable_temperature=True,
+            conv_attention="conv1d",
+            conv_layers=[2],
+        ),
+    ),
+    "transformer-concat-conv2d": (
+        "transformer",
+        TransformerConfig(
+            encoder_layers=1,
+            decoder_layers=1,
+            d_model=16,
+            heads=2,
+            feedforward=24,
+            position_mode="concat",
+            position_dim=6,
+            conv_attention="conv2d",
+        ),
+    ),
     "transformer-tie-all": (
         "transformer",
         TransformerConfig(
@@ -162,7 +190,9 @@ VARIANTS = {
 
 
 def test_every_registered_model_has_variants():
-    assert {family for family, _ in VARIANTS.values()} == set(MODELS)
+    seq2seq = {name for name, cls in MODELS.items() if cls.task == "seq2seq"}
+    assert {family for family, _ in VARIANTS.values()} == seq2seq
+    assert set(MODELS) - seq2seq == {"san_tagger"}  # tests/test_tagger.py
 
 
 def batch():

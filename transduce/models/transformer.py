@@ -9,7 +9,10 @@ shares the target embeddings with the output layer, `all` also with the source e
 Cross-attention is computed on the explicit path, softmax(QK^T / sqrt(d)) then V, so its
 weights are returned for every layer and head (K = decoder layers x heads, named
 "decoder.{layer}.head.{head}", 1-based). Self-attention, whose weights nothing reads, uses
-PyTorch's fused scaled_dot_product_attention. Decoding keeps a cache of each layer's past
+PyTorch's fused scaled_dot_product_attention, unless the encoder has the modifications of
+Dufter et al. (2020) (`transduce.models.selfattention`): direct position interactions
+instead of source position embeddings, learnable temperature, convolved attention.
+Decoding keeps a cache of each layer's past
 self-attention keys and values and the cross-attention keys and values of the source, so
 a step costs one position, not the whole prefix.
 """
@@ -21,18 +24,28 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transduce.data.batching import Batch
 from transduce.errors import DataError
 from transduce.models.base import Model, Seq2SeqOutput, State, Step, register
 from transduce.models.layers import Dropout
+from transduce.models.selfattention import (
+    AttentionOptions,
+    DropHead,
+    SelfAttention,
+    merge_heads,
+    split_heads,
+)
 from transduce.special import PAD_ID, SEP_ID
 
 
 @dataclass
-class TransformerConfig:
+class TransformerConfig(AttentionOptions):
+    """The options of `AttentionOptions` (Dufter et al. 2020) act on the encoder: how source
+    positions enter (`position_mode`; the target's are always added) and its self-attention.
+    `max_positions` is their t."""
+
     encoder_layers: int = 4
     decoder_layers: int = 4
     d_model: int = 256
@@ -47,7 +60,8 @@ class TransformerConfig:
     activation_dropout: float = 0.0  # inside the feed-forward block
     norm: Literal["pre", "post"] = "pre"
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
-    max_positions: int = 512  # learned positions only
+    max_positions: int = 512  # t: learned positions, direct interactions, conv1d
+    position_dim: int = 64  # position_mode concat: source embeddings get d_model - this
     # source positions: vanilla 0, 1, 2, ...; separator (Rios et al. 2021, Figure 2): <sep>
     # at 0, the tags left of it at -1, -2, ..., the lemma at 1, 2, ... (sources without
     # <sep> keep vanilla positions); sinusoidal positions only
@@ -70,6 +84,17 @@ class TransformerConfig:
             problems.append(f"heads: must divide d_model ({self.d_model}), not {self.heads}")
         if self.position_scheme == "separator" and self.positions != "sinusoidal":
             problems.append("position_scheme: separator needs sinusoidal positions")
+        if self.position_scheme == "separator" and self.position_mode not in ("add", "concat"):
+            problems.append("position_scheme: separator needs position_mode add or concat")
+        if self.position_mode == "concat":
+            if not 1 <= self.position_dim < self.d_model:
+                problems.append(f"position_dim: must be in [1, d_model), not {self.position_dim}")
+            if self.tie_embeddings == "all":
+                problems.append(
+                    "position_mode: concat gives the source embeddings another size "
+                    "than the target's: tie_embeddings all is not possible"
+                )
+        problems += self.option_problems(self.encoder_layers)
         for name in (
             "dropout",
             "embedding_dropout",
@@ -136,60 +161,6 @@ class Positions(nn.Module):
         return table
 
 
-def _heads(x: Tensor, heads: int) -> Tensor:
-    b, t, d = x.shape
-    return x.view(b, t, heads, d // heads).transpose(1, 2)  # B x H x T x D/H
-
-
-def _merge(x: Tensor) -> Tensor:
-    b, h, t, d = x.shape
-    return x.transpose(1, 2).reshape(b, t, h * d)  # B x T x D
-
-
-class DropHead(nn.Module):
-    """DropHead (Zhou et al. 2020): in training, zero each head's output B x H x T x Dh with
-    probability p per example and rescale the kept heads by H / kept (0 if none is kept)."""
-
-    def __init__(self, p: float) -> None:
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0:
-            return x
-        keep = (torch.rand(x.shape[0], x.shape[1], 1, 1, device=x.device) >= self.p).to(x.dtype)
-        kept = keep.sum(dim=1, keepdim=True)  # B x 1 x 1 x 1
-        return x * keep * (x.shape[1] / kept.clamp(min=1))
-
-
-class SelfAttention(nn.Module):
-    """Multi-head self-attention through the fused kernel (no weights returned)."""
-
-    def __init__(self, dim: int, heads: int, dropout: float, drophead: float = 0.0) -> None:
-        super().__init__()
-        self.heads, self.dropout = heads, dropout
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.out = nn.Linear(dim, dim)
-        self.drophead = DropHead(drophead)
-
-    def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
-        q, k, v = (
-            _heads(part, self.heads) for part in self.qkv(x).chunk(3, dim=-1)
-        )  # B x H x T x Dh
-        attn_mask = None if mask is None else mask[:, None, None, :]  # B x 1 x 1 x S
-        p = self.dropout if self.training else 0.0
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask, p, is_causal=causal)
-        return self.out(_merge(self.drophead(context)))  # B x T x D
-
-    def step(self, x: Tensor, past_k: Tensor, past_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """One new position x (B x 1 x D) over the cached keys and values (B x H x t x Dh)."""
-        q, k, v = (
-            _heads(part, self.heads) for part in self.qkv(x).chunk(3, dim=-1)
-        )  # B x H x 1 x Dh
-        k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)  # B x H x (t+1) x Dh
-        return self.out(_merge(F.scaled_dot_product_attention(q, k, v))), k, v
-
-
 class CrossAttention(nn.Module):
     """Multi-head attention over the encoder states, on the explicit path (weights kept)."""
 
@@ -205,14 +176,14 @@ class CrossAttention(nn.Module):
     def memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of the encoder states, B x H x S x Dh each (computed once)."""
         k, v = self.kv(memory).chunk(2, dim=-1)
-        return _heads(k, self.heads), _heads(v, self.heads)
+        return split_heads(k, self.heads), split_heads(v, self.heads)
 
     def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        q = _heads(self.query(x), self.heads)  # B x H x T x Dh
+        q = split_heads(self.query(x), self.heads)  # B x H x T x Dh
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])  # B x H x T x S
         weights = torch.softmax(scores.masked_fill(~mask[:, None, None, :], float("-inf")), dim=-1)
         context = self.drophead(torch.matmul(self.drop(weights), v))  # B x H x T x Dh
-        return self.out(_merge(context)), weights
+        return self.out(merge_heads(context)), weights
 
 
 class FeedForward(nn.Module):
@@ -243,10 +214,17 @@ class Sublayer(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, c: TransformerConfig) -> None:
+    def __init__(self, c: TransformerConfig, layer: int = 1) -> None:
         super().__init__()
         pre = c.norm == "pre"
-        self.attention = SelfAttention(c.d_model, c.heads, c.attention_dropout, c.drophead)
+        self.attention = SelfAttention(
+            c.d_model,
+            c.heads,
+            c.attention_dropout,
+            c.drophead,
+            length=c.max_positions,
+            **c.attention_kwargs(layer),  # type: ignore[arg-type]
+        )
         self.feedforward = FeedForward(c.d_model, c.feedforward, c.activation_dropout)
         self.first, self.second = (
             Sublayer(c.d_model, c.dropout, pre),
@@ -297,14 +275,21 @@ class TransformerModel(Model):
         c = config
         if c.tie_embeddings == "all" and source_vocab != target_vocab:
             raise ValueError("tie_embeddings: all needs one vocabulary for both sides")
+        concat = c.position_mode == "concat"
         self.target_embedding = nn.Embedding(target_vocab, c.d_model, padding_idx=PAD_ID)
         self.source_embedding = (
             self.target_embedding
             if c.tie_embeddings == "all"
-            else nn.Embedding(source_vocab, c.d_model, padding_idx=PAD_ID)
+            else nn.Embedding(source_vocab, c.d_model - c.position_dim * concat, padding_idx=PAD_ID)
         )
         self.positions = Positions(c.positions, c.d_model, c.max_positions)
-        self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
+        # SAN+PE[con] (Dufter et al. 2020 §2.2): the source's own, narrower positions
+        self.source_positions = (
+            Positions(c.positions, c.position_dim, c.max_positions) if concat else None
+        )
+        self.encoder = nn.ModuleList(
+            EncoderLayer(c, layer) for layer in range(1, c.encoder_layers + 1)
+        )
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
         pre = c.norm == "pre"
         self.encoder_norm = nn.LayerNorm(c.d_model) if pre else nn.Identity()
@@ -322,15 +307,18 @@ class TransformerModel(Model):
                 nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding) and module is not getattr(
-                self.positions, "table", None
-            ):
+            elif isinstance(module, nn.Embedding) and module not in self._position_tables():
                 nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
                 nn.init.zeros_(module.weight[PAD_ID])
 
+    def _position_tables(self) -> list[nn.Module]:
+        modules = (self.positions, self.source_positions)
+        return [m.table for m in modules if m is not None and hasattr(m, "table")]
+
     @property
     def max_length(self) -> int | None:
-        return self.config.max_positions if self.config.positions == "learned" else None
+        c = self.config
+        return c.max_positions if c.positions == "learned" or c.needs_length() else None
 
     @property
     def attention_names(self) -> list[str]:
@@ -349,10 +337,19 @@ class TransformerModel(Model):
         return self.drop(embedding(ids) * self.scale + self.positions(positions))  # B x T x D
 
     def encode(self, batch: Batch) -> Tensor:
+        c = self.config
         positions = None
-        if self.config.position_scheme == "separator":
+        if c.position_scheme == "separator":
             positions = separator_positions(batch.source)  # B x S
-        x = self._embed(self.source_embedding, batch.source, positions)  # B x S x D
+        if c.position_mode == "add":
+            x = self._embed(self.source_embedding, batch.source, positions)  # B x S x D
+        else:  # concat, or no position embeddings (direct interactions, or none)
+            x = self.source_embedding(batch.source) * self.scale  # B x S x D'
+            if self.source_positions is not None:
+                if positions is None:
+                    positions = torch.arange(x.shape[1], device=x.device).expand(x.shape[:2])
+                x = torch.cat([x, self.source_positions(positions)], dim=-1)  # B x S x D
+            x = self.drop(x)
         for layer in self.encoder:
             x = layer(x, batch.source_mask)
         return self.encoder_norm(x)  # B x S x D
