@@ -79,7 +79,8 @@ def test_type_and_value_problems_of_one_section_come_together():
 
 def test_model_rules_and_names():
     with pytest.raises(
-        ConfigError, match="model.name: unknown model .rnn. .valid: lstm, hard, transformer"
+        ConfigError,
+        match="model.name: unknown model .rnn. .valid: lstm, hard, san_tagger, transformer",
     ):
         configuration.parse(minimal(model={"name": "rnn"}))
     with pytest.raises(

@@ -1,4 +1,4 @@
-"""The one metric module: WER/PER, ACC/MFS, LEV, BLEU, shared by `score` and training.
+"""The one metric module: WER/PER, ACC/MFS, LEV, BLEU, tagging accuracy (`score`, training).
 
     from transduce.metrics import get_metric
     get_metric("per", unit="symbol").corpus_score(["K AE T"], [["K AE T", "K AA T"]]).value
@@ -16,9 +16,10 @@ from transduce.metrics.base import Metric, Option, Score
 from transduce.metrics.bleu import Bleu
 from transduce.metrics.corpus import Corpus
 from transduce.metrics.edit import EDIT_METRICS, lcs_length
+from transduce.metrics.tagging import TaggingAccuracy
 from transduce.registry import lookup
 
-METRICS: dict[str, type[Metric]] = {m.name: m for m in (*EDIT_METRICS, Bleu)}
+METRICS: dict[str, type[Metric]] = {m.name: m for m in (*EDIT_METRICS, Bleu, TaggingAccuracy)}
 
 
 def get_metric(name: str, **options: Any) -> Metric:

@@ -111,6 +111,11 @@ class Metric(ABC):
                 )
             self.values[key] = value
 
+    @property
+    def label(self) -> str:
+        """The score's name in tables and reports (a metric with a subset option adds it)."""
+        return self.name
+
     @abstractmethod
     def item_stats(self, corpus: Corpus) -> list[list[float]]:
         """Per-line statistics as columns: one list of N floats per statistic."""

@@ -161,6 +161,8 @@ class Corpus:
         parallel: Compute the edit distances of large corpora (`PARALLEL_MIN_LINES` lines
             or more) in worker processes (what `transduce score` does). Off by default,
             so that a library caller (a training loop) never forks.
+        sources: The input symbols of each line, for metrics that need them (`tagacc`
+            finds out-of-vocabulary and ambiguous words by them).
 
     Raises:
         DataError: different numbers of lines, no lines, or an empty reference.
@@ -175,6 +177,7 @@ class Corpus:
         refs: Sequence[Text | Sequence[Text]],
         unit: str = "auto",
         parallel: bool = False,
+        sources: Sequence[Sequence[str]] | None = None,
     ):
         if unit not in UNITS:
             raise ConfigError(f"unknown unit {unit!r} (valid: {', '.join(UNITS)})")
@@ -182,8 +185,11 @@ class Corpus:
             raise DataError(f"{len(hyps)} hypotheses but {len(refs)} references")
         if not hyps:
             raise DataError("nothing to score: no lines")
+        if sources is not None and len(sources) != len(hyps):
+            raise DataError(f"{len(hyps)} hypotheses but {len(sources)} source lines")
         self._hyp_source, self._ref_source = hyps, refs
         self._parallel = parallel
+        self.sources = sources
         # One string per line is the common case (files): it never builds per-line lists.
         self._plain = _all_str(hyps) and _all_str(refs)
         self._single = _all_str(refs)

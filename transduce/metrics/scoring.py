@@ -29,6 +29,7 @@ from transduce.metrics.base import Metric, Score, check_bootstrap
 from transduce.metrics.bleu import Bleu
 from transduce.metrics.corpus import Corpus
 from transduce.metrics.edit import MeanFScore
+from transduce.metrics.tagging import SUBSETS, Lexicon, TaggingAccuracy, read_tagged
 from transduce.reporting import versions
 
 REPORT_SCHEMA = "transduce.score/1"
@@ -58,6 +59,7 @@ class ScoreRequest:
     encoding: str = defaults.ENCODING
     merge_variants: bool = False
     source_col: int = 1
+    train: str | None = None  # tagacc: the training data (OOV and ambiguous words)
 
 
 @dataclass
@@ -184,14 +186,34 @@ def load_corpus(request: ScoreRequest) -> Loaded:
         raise ConfigError("--ref-sep must not be empty")
     if request.merge_variants and request.ref_col is None:
         raise ConfigError("--merge-variants reads the sources from a reference TSV: give --ref-col")
-    if request.source_col != 1 and not request.merge_variants:
-        raise ConfigError("--source-col goes with --merge-variants")
+    if request.source_col != 1 and not (request.merge_variants or request.train):
+        raise ConfigError("--source-col goes with --merge-variants or --train")
     files: Files = {}
     hyps = read_column(request.hyp, request.hyp_col, "--hyp-col", request.encoding, files)
-    refs = [
-        read_column(path, request.ref_col, "--ref-col", request.encoding, files)
-        for path in request.refs
-    ]
+    sources: list[list[str]] | None = None
+    if any(str(path).endswith(".conllu") for path in request.refs):
+        if len(request.refs) > 1 or request.ref_col is not None or request.merge_variants:
+            raise ConfigError("a CoNLL-U reference is scored alone, without --ref-col")
+        sentences = read_tagged(request.refs[0], request.encoding)
+        refs = [Column(request.refs[0], [" ".join(tags) for _, tags in sentences])]
+        sources = [words for words, _ in sentences]
+    else:
+        refs = [
+            read_column(path, request.ref_col, "--ref-col", request.encoding, files)
+            for path in request.refs
+        ]
+        if request.train is not None:
+            if request.ref_col is None:
+                raise ConfigError(
+                    "tagacc over OOV and ambiguous words needs the words: give a CoNLL-U "
+                    "reference, or a TSV words<TAB>tags with --ref-col 2"
+                )
+            sources = [
+                line.split()
+                for line in read_column(
+                    request.refs[0], request.source_col, "--source-col", request.encoding, files
+                ).lines
+            ]
     for ref in refs:
         if len(ref.lines) != len(hyps.lines):
             raise DataError(
@@ -212,7 +234,7 @@ def load_corpus(request: ScoreRequest) -> Loaded:
             for line in zip(*per_file)
         ]
     hyp_lines, numbers = hyps.lines, list(range(1, len(hyps.lines) + 1))
-    if request.merge_variants or refs[0].side is not None:
+    if (request.merge_variants or refs[0].side is not None) and sources is None:
         keys = read_column(
             request.refs[0], request.source_col, "--source-col", request.encoding, files
         ).lines
@@ -235,7 +257,7 @@ def load_corpus(request: ScoreRequest) -> Loaded:
     sides = [ref.side for ref in refs if ref.side is not None]
     if unit == "auto" and sides:
         unit = tokens.CHAR if all(s.get("unit") == tokens.CHAR for s in sides) else tokens.SYMBOL
-    corpus = Corpus(hyp_lines, alternatives, unit, parallel=True)
+    corpus = Corpus(hyp_lines, alternatives, unit, parallel=True, sources=sources)
     return Loaded(corpus, numbers, len(hyps.lines), warnings, notes)
 
 
@@ -251,7 +273,20 @@ def make_metrics(request: ScoreRequest) -> list[Metric]:
     if request.bootstrap:
         check_bootstrap(request.bootstrap)
     names = list(dict.fromkeys(request.metrics))  # each once, in the order given
-    return [get_metric(n, unit=request.unit, **request.metric_options.get(n, {})) for n in names]
+    if request.train is not None and "tagacc" not in names:
+        raise ConfigError("--train applies to --metric tagacc, which is not requested")
+    metrics: list[Metric] = []
+    for n in names:
+        if n != "tagacc":
+            metrics.append(get_metric(n, unit=request.unit, **request.metric_options.get(n, {})))
+            continue
+        lexicon = None
+        if request.train is not None:
+            sentences = read_tagged(request.train, request.encoding)
+            lexicon = Lexicon.build(sentences, display(request.train))
+        subsets = SUBSETS if lexicon is not None else ("all",)
+        metrics += [TaggingAccuracy(request.unit, lexicon, subset=s) for s in subsets]
+    return metrics
 
 
 def check_outputs(request: ScoreRequest, outputs: Sequence[str | Path | None]) -> None:
@@ -293,9 +328,9 @@ def score_request(request: ScoreRequest) -> tuple[dict[str, Any], Loaded, list[M
     loaded = load_corpus(request)
     corpus = loaded.corpus
     scores: dict[str, Score] = {
-        m.name: m.score(corpus, bootstrap=request.bootstrap, seed=request.seed) for m in metrics
+        m.label: m.score(corpus, bootstrap=request.bootstrap, seed=request.seed) for m in metrics
     }
-    if any(not isinstance(m, Bleu) for m in metrics):
+    if any(not isinstance(m, Bleu | TaggingAccuracy) for m in metrics):
         loaded.warnings.extend(_unit_warning(corpus))
     report = {
         "schema": REPORT_SCHEMA,
@@ -311,6 +346,7 @@ def score_request(request: ScoreRequest) -> tuple[dict[str, Any], Loaded, list[M
             "ref_sep": request.ref_sep,
             "merge_variants": request.merge_variants,
             "metric_options": request.metric_options,
+            "train": request.train,
         },
         "scores": {name: s.to_dict() for name, s in scores.items()},
         "warnings": loaded.warnings,

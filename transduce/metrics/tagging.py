@@ -1,0 +1,160 @@
+"""Tagging accuracy (Dufter et al. 2020, §2.6): over all tokens, out-of-vocabulary tokens
+and ambiguous tokens.
+
+A token is out of vocabulary (OOV) when its word never occurs in the training data, and
+ambiguous when its word has more than one distinct tag in the training data (§2.6). Words
+are compared exactly as written (case-sensitive). Each line is a sentence: the hypothesis
+and the reference are its tags separated by spaces, one per word, and the corpus carries
+the words (`Corpus.sources`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from transduce.errors import ConfigError, DataError
+from transduce.metrics.base import Metric, Option
+from transduce.metrics.corpus import Corpus
+
+SUBSETS = ("all", "oov", "ambiguous")
+
+
+@dataclass
+class Lexicon:
+    """The tags seen with each word of the training data."""
+
+    tags: dict[str, set[str]] = field(default_factory=dict)
+    name: str = "train"  # where it came from (in the signature)
+
+    @classmethod
+    def build(
+        cls, sentences: Iterable[tuple[Sequence[str], Sequence[str]]], name: str = "train"
+    ) -> Lexicon:
+        """From (words, tags) pairs of training sentences."""
+        lexicon = cls(name=name)
+        for words, tags in sentences:
+            for word, tag in zip(words, tags, strict=True):
+                lexicon.tags.setdefault(word, set()).add(tag)
+        return lexicon
+
+    def is_oov(self, word: str) -> bool:
+        return word not in self.tags
+
+    def is_ambiguous(self, word: str) -> bool:
+        return len(self.tags.get(word, ())) > 1
+
+
+def token_stats(
+    hyps: Sequence[Sequence[str]],
+    refs: Sequence[Sequence[str]],
+    words: Sequence[Sequence[str]] | None,
+    lexicon: Lexicon | None,
+) -> list[list[float]]:
+    """Per line: correct and tokens over all, OOV and ambiguous tokens (6 columns).
+
+    Raises:
+        DataError: a line whose hypothesis, reference and words differ in length.
+    """
+    columns: list[list[float]] = [[] for _ in range(6)]
+    for number, (hyp, ref) in enumerate(zip(hyps, refs), 1):
+        sentence = words[number - 1] if words is not None else None
+        if len(hyp) != len(ref) or (sentence is not None and len(sentence) != len(ref)):
+            counts = f"{len(hyp)} tags in the hypothesis, {len(ref)} in the reference"
+            if sentence is not None:
+                counts += f", {len(sentence)} words"
+            raise DataError(f"a tag per word is needed: {counts}", line=number)
+        right = [h == r for h, r in zip(hyp, ref)]
+        oov = amb = [False] * len(ref)
+        if sentence is not None and lexicon is not None:
+            oov = [lexicon.is_oov(w) for w in sentence]
+            amb = [lexicon.is_ambiguous(w) for w in sentence]
+        for column, value in enumerate(
+            (
+                sum(right),
+                len(ref),
+                sum(r and o for r, o in zip(right, oov)),
+                sum(oov),
+                sum(r and a for r, a in zip(right, amb)),
+                sum(amb),
+            )
+        ):
+            columns[column].append(float(value))
+    return columns
+
+
+class TaggingAccuracy(Metric):
+    name = "tagacc"
+    higher_is_better = True
+    definition = (
+        "100 x correct tags / tokens, over all tokens (subset all), over tokens whose word is "
+        "not in the training data (oov) or has more than one tag in it (ambiguous), as "
+        "Dufter et al. (2020) §2.6 define them; 0 when the subset has no token"
+    )
+    options: ClassVar[dict[str, Option]] = {
+        "subset": Option("all", SUBSETS, "all, oov or ambiguous tokens"),
+    }
+
+    def __init__(self, unit: str = "auto", lexicon: Lexicon | None = None, **options: Any):
+        super().__init__("symbol" if unit == "auto" else unit, **options)
+        if unit not in ("auto", "symbol"):
+            raise ConfigError(f"tagacc compares whole tags: --unit symbol, not {unit}")
+        if self.values["subset"] != "all" and lexicon is None:
+            raise ConfigError(
+                f"tagacc over {self.values['subset']} tokens needs the training data (--train)"
+            )
+        self.lexicon = lexicon
+
+    @property
+    def label(self) -> str:
+        subset = self.values["subset"]
+        return self.name if subset == "all" else f"{self.name}_{subset}"
+
+    def item_stats(self, corpus: Corpus) -> list[list[float]]:
+        subset = self.values["subset"]
+        if subset != "all" and corpus.sources is None:
+            raise DataError(f"tagacc over {subset} tokens needs the words of every line")
+        refs = [alts[0] for alts in corpus.refs]
+        columns = token_stats(corpus.hyps, refs, corpus.sources, self.lexicon)
+        first = SUBSETS.index(subset) * 2
+        return columns[first : first + 2]
+
+    def aggregate(self, sums: Sequence[float], n: int) -> float:
+        return 100.0 * sums[0] / sums[1] if sums[1] else 0.0
+
+    def signature(self, corpus: Corpus) -> str:
+        base = super().signature(corpus)
+        if self.lexicon is None:
+            return base
+        head, _, version = base.rpartition("|")
+        return f"{head}|train:{self.lexicon.name}|{version}"
+
+
+def read_tagged(
+    path: str, encoding: str = "utf-8", tag: str = "upos"
+) -> list[tuple[list[str], list[str]]]:
+    """(words, tags) of each sentence of a CoNLL-U file (`.conllu`; `tag`: upos or xpos) or
+    of a TSV `words<TAB>tags` (space-separated, as a prepared split of `prepare conllu`).
+
+    Raises:
+        DataError: a malformed line, or a line with unequal numbers of words and tags.
+    """
+    from transduce.data.formats import Conllu, InputFile, Problems, ReadContext
+    from transduce.io import decode_lines, display, read_bytes
+
+    if str(path).endswith(".conllu"):
+        context = ReadContext("score", encoding, Problems(), True)
+        examples = Conllu(tag=tag).read([InputFile.read(path)], context)
+        return [(list(e.source), list(e.target or ())) for e in examples]
+    lines, _ = decode_lines(read_bytes(path), display(path), encoding)
+    sentences = []
+    for number, line in enumerate(lines, 1):
+        fields = line.split("\t")
+        if len(fields) < 2:
+            raise DataError("expected words<TAB>tags", display(path), number, line)
+        words, tags = fields[0].split(), fields[1].split()
+        if len(words) != len(tags):
+            raise DataError(f"{len(words)} words but {len(tags)} tags", display(path), number, line)
+        sentences.append((words, tags))
+    return sentences
