@@ -75,7 +75,12 @@ def trainer_setup(data: dict):
     import torch
 
     from transduce import config as configuration
-    from transduce.training import Schedule, Trainer, _adam, keep_large_blocks_out_of_the_heap
+    from transduce.training import (
+        Schedule,
+        Trainer,
+        keep_large_blocks_out_of_the_heap,
+        make_optimizer,
+    )
 
     keep_large_blocks_out_of_the_heap()  # as `Trainer.run` does
     trainer = Trainer(configuration.parse(data), Path(tempfile.mkdtemp()))
@@ -83,7 +88,7 @@ def trainer_setup(data: dict):
     loaded = trainer.load_data()
     torch.manual_seed(1)
     model = trainer._model(loaded)
-    optimizer = _adam(model, trainer.config.train.optimizer)
+    optimizer = make_optimizer(model, trainer.config.train.optimizer)
     schedule = Schedule(trainer.config.train.schedule, optimizer, 1e-3)
     model.train()
     return trainer, loaded, model, optimizer, schedule, trainer._batches(loaded, 0)

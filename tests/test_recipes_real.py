@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from transduce import config as configuration
-from transduce.training import Schedule, Trainer, _adam
+from transduce.training import Schedule, make_optimizer, make_trainer
 
 from .conftest import REPO
 
@@ -52,18 +52,22 @@ def test_paper_recipe_trains(shared: Path, tmp_path_factory, recipe: Path):
     key = json.dumps(section, sort_keys=True)
     if key not in PREPARED:
         run = tmp_path_factory.mktemp("prepare")
-        trainer = Trainer(configuration.parse({**data, "data": section}), run)
+        trainer = make_trainer(configuration.parse({**data, "data": section}), run)
         PREPARED[key] = trainer._prepared_dir()
     data["data"] = {
         "prepared": str(PREPARED[key]),
-        **{k: v for k, v in section.items() if k.startswith("max_") or k == "min_count"},
+        **{
+            k: v
+            for k, v in section.items()
+            if k.startswith("max_") or k in ("min_count", "vocab_fraction")
+        },
     }
     config = configuration.parse(data)
-    trainer = Trainer(config, tmp_path_factory.mktemp("run"))
-    prepared = trainer.load_data()
+    trainer = make_trainer(config, tmp_path_factory.mktemp("run"))
+    prepared = trainer.data = trainer.load_data()
     model = trainer._model(prepared)
     assert sum(p.numel() for p in model.parameters()) > 100_000
-    optimizer = _adam(model, config.train.optimizer)
+    optimizer = make_optimizer(model, config.train.optimizer)
     schedule = Schedule(config.train.schedule, optimizer, config.train.optimizer.lr)
     batches = trainer._batches(prepared, 1)
     losses = [trainer.update(model, optimizer, schedule, prepared, batches[0], n) for n in (1, 2)]

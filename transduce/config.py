@@ -62,9 +62,14 @@ class DataConfig:
     # symbols seen fewer times in the kept training examples are <unk> (word-level models:
     # Tjandra et al. 2017 §7.1 keep the words seen at least twice)
     min_count: int = 1
+    # keep the most frequent fraction of the distinct source symbols, the rest are <unk>
+    # (Dufter et al. 2020, Table 1b: 50% of the unique words for UD)
+    vocab_fraction: float = 1.0
 
     def check(self) -> list[str]:
         problems = _at_least(self, 1, "max_source_length", "max_target_length", "min_count")
+        if not 0 < self.vocab_fraction <= 1:
+            problems.append(f"vocab_fraction: must be in (0, 1], not {self.vocab_fraction}")
         if (self.prepared is None) == (self.format is None):
             problems.append(
                 "prepared: give either `prepared` (a prepared directory) or `format` (raw data)"
@@ -139,10 +144,14 @@ class LossConfig:
 
 @dataclass
 class OptimizerConfig:
+    """Adam (betas, eps) or RMSprop (rho: the decay of the squared-gradient average)."""
+
+    type: Literal["adam", "rmsprop"] = "adam"
     lr: float = 1e-3
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
     weight_decay: float = 0.0
+    rho: float = 0.9
 
     def check(self) -> list[str]:
         problems = []
@@ -150,6 +159,8 @@ class OptimizerConfig:
             problems.append("lr and eps must be positive, weight_decay at least 0")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             problems.append(f"betas: two numbers in [0, 1), not {self.betas}")
+        if not 0 <= self.rho < 1:
+            problems.append(f"rho: must be in [0, 1), not {self.rho}")
         return problems
 
 

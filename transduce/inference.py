@@ -21,7 +21,7 @@ from transduce.data.dataset import model_source, parse_split_line
 from transduce.data.formats import inflection_source, split_tags
 from transduce.data.vocab import Vocab
 from transduce.decoding import Hypothesis, decode_all
-from transduce.errors import CheckpointError, DataError
+from transduce.errors import CheckpointError, ConfigError, DataError
 from transduce.models import Model, build_model
 
 
@@ -57,11 +57,13 @@ class Transducer:
     ) -> Transducer:
         try:
             config = configuration.parse(payload["config"], payload.get("path", "checkpoint"))
+            sizes = {"chars": len(payload["vocab"]["chars"])} if "chars" in payload["vocab"] else {}
             model = build_model(
                 config.model_name,
                 config.model,
                 len(payload["vocab"]["source"]),
                 len(payload["vocab"]["target"]),
+                **sizes,
             )
             model.load_state_dict(payload["model"])
         except (KeyError, RuntimeError) as error:
@@ -144,8 +146,16 @@ class Transducer:
         nbest: int = 1,
         max_output_length: int | None = None,
     ) -> list[Prediction]:
-        """Decode input lines; an empty (blank) line gives an empty prediction."""
+        """Decode input lines; an empty (blank) line gives an empty prediction. A tagger
+        gives each line's tags, one per word (its most probable; no beam, one output)."""
+        tagging = self.model.task == "tagging"
+        if tagging and (beam > 1 or nbest > 1):
+            raise ConfigError(
+                "a tagger outputs the most probable tag of each word: --beam and --nbest "
+                "do not apply"
+            )
         sources: list[list[int]] = []
+        symbol_lists: list[tuple[str, ...]] = []
         where: list[int] = []
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -163,8 +173,13 @@ class Transducer:
                 )
             self.unknown += self.source_vocab.unknown(symbols)
             sources.append(self.source_vocab.encode(symbols))
+            symbol_lists.append(symbols)
             where.append(number - 1)
         predictions = [Prediction() for _ in lines]
+        if tagging:
+            for index, tags in zip(where, self._tag(sources, symbol_lists, batch_size)):
+                predictions[index] = Prediction([" ".join(tags)])
+            return predictions
         with self.autocast():
             decoded = decode_all(
                 self.model,
@@ -179,6 +194,18 @@ class Transducer:
         for index, hyps in zip(where, decoded):
             predictions[index] = self._prediction(hyps)
         return predictions
+
+    def _tag(
+        self, sources: list[list[int]], symbols: list[tuple[str, ...]], batch_size: int
+    ) -> list[list[str]]:
+        from transduce.tagging import encode_chars, tag_sentences
+
+        chars = Vocab(self.payload["vocab"]["chars"])
+        longest = self.model.config.max_word_length
+        char_ids = [encode_chars(s, chars, longest) for s in symbols]
+        with self.autocast():
+            ids = tag_sentences(self.model, sources, char_ids, self.device, batch_size)
+        return [self.target_vocab.decode(i) for i in ids]
 
     def _prediction(self, hyps: list[Hypothesis]) -> Prediction:
         side = self.sides["target"]

@@ -138,8 +138,19 @@ def _encode(
 # -------------------------------------------------------------------------- trainer
 
 
+def make_trainer(config: configuration.Config, run_dir: Path, **kwargs: Any) -> Trainer:
+    """The trainer of the model's task: `Trainer`, or `TaggingTrainer` for taggers."""
+    from transduce.models import MODELS
+
+    if MODELS[config.model_name].task == "tagging":
+        from transduce.tagging import TaggingTrainer
+
+        return TaggingTrainer(config, run_dir, **kwargs)
+    return Trainer(config, run_dir, **kwargs)
+
+
 class Trainer:
-    """Train a model as a configuration says, in a run directory.
+    """Train a sequence-to-sequence model as a configuration says, in a run directory.
 
     Args:
         config: The validated configuration.
@@ -148,6 +159,8 @@ class Trainer:
         reporter: Receives progress (the CLI prints it).
     """
 
+    task = "seq2seq"  # the models it trains (`Model.task`)
+
     def __init__(
         self,
         config: configuration.Config,
@@ -155,11 +168,19 @@ class Trainer:
         resume: bool = False,
         reporter: Reporter | None = None,
     ) -> None:
+        from transduce.models import MODELS
+
+        if MODELS[config.model_name].task != self.task:
+            raise ConfigError(
+                f"model {config.model_name} is a {MODELS[config.model_name].task} model: "
+                "train it with transduce.training.make_trainer"
+            )
         self.config, self.run_dir, self.resume = config, Path(run_dir), resume
         self.reporter = reporter or Reporter()
         self.device = self._device(config.train.device)
         self.metrics = list(dict.fromkeys([config.train.select_on, *EVAL_METRICS]))
         self.mechanisms: list[int] = []  # the monotonicity loss's, set with the model
+        self.data: Data | None = None  # set by `run`
 
     @staticmethod
     def _device(name: str) -> torch.device:
@@ -196,7 +217,9 @@ class Trainer:
         )
         return target
 
-    def load_data(self, vocabs: tuple[Vocab, Vocab] | None = None) -> Data:
+    def read_splits(self) -> tuple[Prepared, list[Pair], int, list[Pair], list[Pair]]:
+        """The prepared data: (prepared, kept training pairs, how many were too long, dev
+        pairs with targets, test pairs)."""
         prepared = load_prepared(self._prepared_dir())
         c = self.config
         train_pairs = [p for p in prepared.splits["train"] if p.target is not None]
@@ -210,19 +233,29 @@ class Trainer:
             raise DataError(
                 "no training example left (check data.max_source_length)", prepared.directory
             )
-        shared = getattr(c.model, "tie_embeddings", None) == "all"
-        source_vocab, target_vocab = vocabs or build_vocabs(
-            kept, shared=shared, min_count=c.data.min_count
-        )
-        train = _encode(kept, source_vocab, target_vocab)
-        prepared.splits["train"] = []  # encoded now: the symbol tuples would only take memory
+        prepared.splits["train"] = []  # encoded next: the symbol tuples would only take memory
         dev_pairs = [p for p in prepared.splits["dev"] if p.target is not None]
         if not dev_pairs:
             raise DataError(
                 "the dev split has no examples with targets: nothing to validate on",
                 prepared.directory,
             )
-        test_pairs = prepared.splits["test"]
+        return prepared, kept, len(train_pairs) - len(kept), dev_pairs, prepared.splits["test"]
+
+    def vocabularies(self, kept: Sequence[Pair]) -> tuple[Vocab, Vocab]:
+        c = self.config
+        shared = getattr(c.model, "tie_embeddings", None) == "all"
+        return build_vocabs(kept, shared, c.data.min_count, c.data.vocab_fraction)
+
+    def load_data_for(self, state: dict[str, Any] | None) -> Data:
+        """The data, encoded with the vocabularies of `state` (a resumed run) or new ones."""
+        if state is None:
+            return self.load_data()
+        return self.load_data((Vocab(state["vocab"]["source"]), Vocab(state["vocab"]["target"])))
+
+    def load_data(self, vocabs: tuple[Vocab, Vocab] | None = None) -> Data:
+        prepared, kept, too_long, dev_pairs, test_pairs = self.read_splits()
+        source_vocab, target_vocab = vocabs or self.vocabularies(kept)
         test = (
             eval_set(test_pairs)
             if test_pairs and all(p.target is not None for p in test_pairs)
@@ -232,11 +265,11 @@ class Trainer:
             prepared,
             source_vocab,
             target_vocab,
-            train,
+            _encode(kept, source_vocab, target_vocab),
             _encode(dev_pairs, source_vocab, target_vocab),
             eval_set(dev_pairs),
             test,
-            len(train_pairs) - len(kept),
+            too_long,
         )
 
     # ----------------------------------------------------------------- pieces
@@ -249,14 +282,24 @@ class Trainer:
             )
         except ValueError as error:
             raise ConfigError(f"model: {error}") from None
+        self.check_lengths(model, data)
+        m = c.loss.monotonicity
+        self.mechanisms = select_mechanisms(model.attention_names, m.layers, m.heads)
+        return model.to(self.device)
+
+    def longest(self, data: Data) -> dict[str, int]:
+        """The most positions a sequence of each split takes."""
+        return {
+            "train": max(max(len(s), len(g) + 1) for s, g in data.train),  # + BOS
+            "dev": max(len(s) for s, _ in data.dev),
+            "test": max(map(len, data.test_eval.sources)) if data.test_eval else 0,
+        }
+
+    def check_lengths(self, model: Model, data: Data) -> None:
+        """A sequence the model cannot take: say so before training."""
         limit = model.max_length
-        if limit is not None:  # a sequence the model cannot take: say so before training
-            splits = {
-                "train": max(max(len(s), len(g) + 1) for s, g in data.train),  # + BOS
-                "dev": max(len(s) for s, _ in data.dev),
-                "test": max(map(len, data.test_eval.sources)) if data.test_eval else 0,
-            }
-            for split, longest in splits.items():
+        if limit is not None:
+            for split, longest in self.longest(data).items():
                 if longest > limit:
                     hint = (
                         "leave long training examples out with data.max_source_length "
@@ -264,13 +307,15 @@ class Trainer:
                         if split == "train"
                         else f"shorten the {split} split"
                     )
+                    key = (
+                        "max_length"
+                        if hasattr(self.config.model, "max_length")
+                        else ("max_positions")
+                    )
                     raise ConfigError(
                         f"model: the {split} split has a sequence of {longest} positions, more "
-                        f"than the model takes ({limit}): raise model.max_positions, or {hint}"
+                        f"than the model takes ({limit}): raise model.{key}, or {hint}"
                     )
-        m = c.loss.monotonicity
-        self.mechanisms = select_mechanisms(model.attention_names, m.layers, m.heads)
-        return model.to(self.device)
 
     def _autocast(self) -> Any:
         enabled = self.config.train.bf16
@@ -372,10 +417,7 @@ class Trainer:
         if t.threads:
             torch.set_num_threads(t.threads)
         keep_large_blocks_out_of_the_heap()
-        vocabs = (
-            (Vocab(state["vocab"]["source"]), Vocab(state["vocab"]["target"])) if state else None
-        )
-        data = self.load_data(vocabs)
+        data = self.data = self.load_data_for(state)
         torch.manual_seed(t.seed)
         model = self._model(data)
         self.reporter.message(f"model {c.model_name}: {model.parameter_count():,} parameters")
@@ -384,7 +426,7 @@ class Trainer:
                 "warning: loss.monotonicity.weight > 0 with model.attention_dropout > 0: "
                 "Rios et al. (2021) found this combination reaches a degenerate optimum"
             )
-        optimizer = _adam(model, t.optimizer)
+        optimizer = make_optimizer(model, t.optimizer)
         schedule = Schedule(t.schedule, optimizer, t.optimizer.lr)
         progress = Progress()
         if state is not None:
@@ -628,13 +670,19 @@ def keep_large_blocks_out_of_the_heap(threshold: int = 8 << 20) -> bool:
         return False
 
 
-def _adam(model: Model, c: configuration.OptimizerConfig) -> torch.optim.Adam:
-    """Adam; its fused kernel where PyTorch has one (5x faster than the loop on the CPU)."""
+def make_optimizer(model: Model, c: configuration.OptimizerConfig) -> torch.optim.Optimizer:
+    """Adam or RMSprop over the trainable parameters; Adam's fused kernel where PyTorch has
+    one (5x faster than the loop on the CPU)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if c.type == "rmsprop":  # Keras' RMSprop: rho 0.9, eps 1e-7 (Dufter et al., Table 1b)
+        return torch.optim.RMSprop(
+            params, lr=c.lr, alpha=c.rho, eps=c.eps, weight_decay=c.weight_decay
+        )
     kwargs = {"lr": c.lr, "betas": tuple(c.betas), "eps": c.eps, "weight_decay": c.weight_decay}
     try:
-        return torch.optim.Adam(model.parameters(), fused=True, **kwargs)
+        return torch.optim.Adam(params, fused=True, **kwargs)
     except (RuntimeError, ValueError):
-        return torch.optim.Adam(model.parameters(), **kwargs)
+        return torch.optim.Adam(params, **kwargs)
 
 
 def score_outputs(

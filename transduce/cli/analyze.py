@@ -104,6 +104,11 @@ def analyze_command(
         raise TransduceError("--beam and --batch-size: must be at least 1")
     payload = checkpoint.load(model)
     transducer = Transducer.from_checkpoint(payload)
+    if transducer.model.task != "seq2seq":
+        raise TransduceError(
+            f"{payload['path']}: a {transducer.model.name} model tags each word; it has no "
+            "cross-attention between an output and its input to analyze"
+        )
     pairs = _pairs(transducer, data, split)
     chosen = _lines(lines, len(pairs)) if plot is not None else []
     result = analyze(

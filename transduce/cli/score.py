@@ -89,7 +89,18 @@ def score_command(
             _IN,
         ),
     ] = False,
-    source_col: Annotated[int, _option("The source column for --merge-variants.", _IN)] = 1,
+    source_col: Annotated[
+        int, _option("The source column for --merge-variants (and the words for --train).", _IN)
+    ] = 1,
+    train: Annotated[
+        str | None,
+        _option(
+            "tagacc: the training data (CoNLL-U, or words<TAB>tags), to score OOV and "
+            "ambiguous words too.",
+            _OPTS,
+            show_default=False,
+        ),
+    ] = None,
     encoding: Annotated[str, _option("Encoding of the input files.", _IN)] = defaults.ENCODING,
     per_average: Annotated[
         PerAverage, _option("per: corpus (sum ED / sum |r|) or word (mean of ED / |r|).", _OPTS)
@@ -132,7 +143,7 @@ def score_command(
     options = _metric_options(names, per_average, mfs_lcs, bleu_option)
     request = ScoreRequest(
         hyp, list(refs), names, unit.value, hyp_col, ref_col, ref_sep, options, bootstrap, seed,
-        encoding, merge_variants, source_col,
+        encoding, merge_variants, source_col, train,
     )  # fmt: skip
     check_outputs(request, [report, per_item])
     start = time.perf_counter()

@@ -29,6 +29,7 @@ class Batch:
     target_out: Tensor | None = None  # B x T
     target_mask: Tensor | None = None  # B x T
     index: Tensor | None = None  # B: positions of the examples in their dataset
+    chars: Tensor | None = None  # B x S x C: the characters of each source word (taggers)
 
     def __len__(self) -> int:
         return self.source.shape[0]
@@ -44,6 +45,7 @@ class Batch:
             move(self.target_out),
             move(self.target_mask),
             self.index,
+            move(self.chars),
         )
 
 

@@ -86,16 +86,17 @@ def load_prepared(directory: str | Path) -> Prepared:
 
 
 def build_vocabs(
-    pairs: Sequence[Pair], shared: bool = False, min_count: int = 1
+    pairs: Sequence[Pair], shared: bool = False, min_count: int = 1, fraction: float = 1.0
 ) -> tuple[Vocab, Vocab]:
     """Source and target vocabularies of the training pairs (one joint one if `shared`), of
-    the symbols seen at least `min_count` times."""
+    the symbols seen at least `min_count` times; the source keeps the most frequent
+    `fraction` of its distinct symbols (rounded up)."""
     sources = [p.source for p in pairs]
     targets = [p.target for p in pairs if p.target is not None]
     if shared:
-        joint = Vocab.build([*sources, *targets], min_count)
+        joint = Vocab.build([*sources, *targets], min_count, fraction)
         return joint, joint
-    return Vocab.build(sources, min_count), Vocab.build(targets, min_count)
+    return Vocab.build(sources, min_count, fraction), Vocab.build(targets, min_count)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -25,14 +26,19 @@ class Vocab:
             raise ValueError("a vocabulary has each symbol once")
 
     @classmethod
-    def build(cls, sequences: Iterable[Sequence[str]], min_count: int = 1) -> Vocab:
+    def build(
+        cls, sequences: Iterable[Sequence[str]], min_count: int = 1, fraction: float = 1.0
+    ) -> Vocab:
         """The symbols of `sequences` seen at least `min_count` times, most frequent first
-        (ties: alphabetical); rarer ones are left out, so they read as `<unk>`."""
+        (ties: alphabetical), at most the first `fraction` of all distinct symbols (rounded
+        up); the others are left out, so they read as `<unk>`."""
         counts = Counter(s for seq in sequences for s in seq)
         for special in SPECIALS:
             counts.pop(special, None)
         kept = [s for s in counts if counts[s] >= min_count]
         ordered = sorted(kept, key=lambda s: (-counts[s], s))
+        if fraction < 1:
+            ordered = ordered[: math.ceil(fraction * len(counts))]
         return cls([*SPECIALS, *ordered])
 
     def __len__(self) -> int:

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from transduce.models import hard, lstm, transformer  # noqa: F401  (register the families)
+from transduce.models import hard, lstm, tagger, transformer  # noqa: F401  (register the families)
 from transduce.models.base import MODELS, Model, Seq2SeqOutput, State, Step, select_state
 from transduce.registry import lookup
 
 
-def build_model(name: str, config: Any, source_vocab: int, target_vocab: int) -> Model:
-    """A model of family `name` with its config and vocabulary sizes."""
-    return lookup(MODELS, name, "model")(config, source_vocab, target_vocab)
+def build_model(
+    name: str, config: Any, source_vocab: int, target_vocab: int, **sizes: int
+) -> Model:
+    """A model of family `name` with its config and vocabulary sizes (a tagger also takes
+    `chars`, the size of its character vocabulary)."""
+    return lookup(MODELS, name, "model")(config, source_vocab, target_vocab, **sizes)
 
 
 __all__ = ["MODELS", "Model", "Seq2SeqOutput", "State", "Step", "build_model", "select_state"]

@@ -50,6 +50,9 @@ class Model(nn.Module, ABC):
 
     name: ClassVar[str]
     Config: ClassVar[type]
+    # "seq2seq" (this contract) or "tagging" (one label per source token:
+    # `transduce.models.tagger`, trained by `transduce.tagging`)
+    task: ClassVar[str] = "seq2seq"
 
     def __init__(self, config: Any, source_vocab: int, target_vocab: int) -> None:
         super().__init__()

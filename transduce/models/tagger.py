@@ -1,0 +1,270 @@
+"""The self-attention tagger of Dufter et al. (2020), §2.1, Table 1a and 1b.
+
+For each word: a word embedding (optionally initialised from a word-vector file) with a
+position embedding added (SAN+PE[add]) or concatenated (SAN+PE[con]) or no position
+embedding at all (direct position interactions, or the order-blind SAN), then a character
+representation concatenated: a convolution of width 3 with 64 filters over the word's
+character embeddings, ReLU, max-pooled over the characters (Yu et al. 2017). Then `layers`
+self-attention layers of `heads` heads, each with a residual connection (h <- h +
+SA(dropout(h))), the heads concatenated without an output projection (§2.2); and a
+residual connection from the input to the output, which (as in the authors' code)
+concatenates the input representation with the last layer's before the softmax layer
+that gives each token's tag distribution. The objective is the cross-entropy (§2.1).
+
+The self-attention takes the options of `transduce.models.selfattention` (direct position
+interactions in the first layer, learnable temperature, convolved attention). Learned
+position embeddings, direct interactions and conv1d exist for positions 1..t
+(`max_length`); a longer sentence is an error, reported before training.
+
+What the paper does not give, and this model does: no layer normalisation and no
+feed-forward block (the authors' code has neither); padding is masked in the attention;
+words longer than `max_word_length` characters keep their first characters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from transduce.data.batching import Batch
+from transduce.errors import DataError
+from transduce.io import decode_lines, read_bytes
+from transduce.models.base import Model, register
+from transduce.models.selfattention import AttentionOptions, SelfAttention
+from transduce.special import PAD_ID, SPECIALS
+
+
+@dataclass
+class SanTaggerConfig(AttentionOptions):
+    """Defaults: the UD column of Table 1b (PTB: embedding 300, pretrained, not finetuned)."""
+
+    embedding_dim: int = 128
+    position_dim: int = 128  # position_mode concat; add uses embedding_dim
+    char_embedding_dim: int = 64
+    char_filters: int = 64
+    char_width: int = 3
+    max_word_length: int = 20  # characters read per word
+    layers: int = 4
+    heads: int = 4
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    max_length: int = 60  # t: the longest sentence
+    word_vectors: str | None = None  # a text file: "word v1 ... vD" per line (word2vec/fastText)
+    finetune_embeddings: bool = True
+
+    def check(self) -> list[str]:
+        problems = [
+            f"{name}: must be at least 1"
+            for name in (
+                "embedding_dim", "position_dim", "char_embedding_dim", "char_filters",
+                "max_word_length", "layers", "heads", "max_length",
+            )
+            if getattr(self, name) < 1
+        ]  # fmt: skip
+        if self.char_width < 1 or self.char_width % 2 == 0:
+            problems.append(f"char_width: must be odd, not {self.char_width}")
+        if self.heads >= 1 and self.hidden_size % self.heads:
+            problems.append(
+                f"heads: must divide the hidden size {self.hidden_size} (embedding_dim + "
+                f"char_filters, + position_dim with concat), not {self.heads}"
+            )
+        for name in ("dropout", "attention_dropout"):
+            if not 0 <= getattr(self, name) < 1:
+                problems.append(f"{name}: must be in [0, 1)")
+        if not self.finetune_embeddings and self.word_vectors is None:
+            problems.append("finetune_embeddings: false keeps random embeddings: give word_vectors")
+        return problems + self.option_problems(self.layers)
+
+    @property
+    def hidden_size(self) -> int:
+        concat = self.position_mode == "concat"
+        return self.embedding_dim + self.position_dim * concat + self.char_filters
+
+
+class CharCNN(nn.Module):
+    """Characters -> one vector per word: embed, convolve (width w, 'same'), ReLU, max-pool."""
+
+    def __init__(self, chars: int, dim: int, filters: int, width: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(chars, dim, padding_idx=PAD_ID)
+        self.conv = nn.Conv1d(dim, filters, width, padding=width // 2)
+
+    def forward(self, chars: Tensor) -> Tensor:
+        b, s, c = chars.shape
+        x = self.embedding(chars.view(b * s, c)).transpose(1, 2)  # BS x Dc x C
+        h = torch.relu(self.conv(x))  # BS x F x C
+        # ReLU outputs are >= 0, so zeroing padded characters leaves each max unchanged
+        h = h * (chars.view(b * s, 1, c) != PAD_ID)  # BS x F x C
+        return h.amax(dim=-1).view(b, s, -1)  # B x S x F
+
+
+@dataclass
+class TaggingOutput:
+    log_probs: Tensor  # B x S x V (tags)
+    mask: Tensor  # B x S, True on real tokens
+
+
+@register
+class SanTagger(Model):
+    name = "san_tagger"
+    Config = SanTaggerConfig
+    task = "tagging"
+
+    def __init__(
+        self, config: SanTaggerConfig, source_vocab: int, target_vocab: int, chars: int = 5
+    ) -> None:
+        super().__init__(config, source_vocab, target_vocab)
+        c = config
+        self.chars = chars
+        self.embedding = nn.Embedding(source_vocab, c.embedding_dim, padding_idx=PAD_ID)
+        self.embedding.weight.requires_grad_(c.finetune_embeddings)
+        width = c.position_dim if c.position_mode == "concat" else c.embedding_dim
+        self.positions = (
+            nn.Embedding(c.max_length, width) if c.position_mode in ("add", "concat") else None
+        )
+        self.char_cnn = CharCNN(chars, c.char_embedding_dim, c.char_filters, c.char_width)
+        hidden = c.hidden_size
+        self.layers = nn.ModuleList(
+            SelfAttention(
+                hidden,
+                c.heads,
+                c.attention_dropout,
+                bias=False,
+                project=False,
+                length=c.max_length,
+                **c.attention_kwargs(layer),  # type: ignore[arg-type]
+            )
+            for layer in range(1, c.layers + 1)
+        )
+        self.drop = nn.Dropout(c.dropout)
+        self.output = nn.Linear(2 * hidden, target_vocab)  # [input; last layer] -> tags
+        self._initialize()
+
+    def _initialize(self) -> None:
+        """Keras' defaults, the authors' framework: embeddings U(-0.05, 0.05), dense and
+        convolution kernels glorot uniform, zero biases."""
+        for module in self.modules():
+            if isinstance(module, nn.Embedding):
+                nn.init.uniform_(module.weight, -0.05, 0.05)
+                if module.padding_idx is not None:
+                    nn.init.zeros_(module.weight[module.padding_idx])
+            elif isinstance(module, nn.Linear | nn.Conv1d):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
+    @property
+    def attention_names(self) -> list[str]:
+        """Self-attention heads ("layer.{l}.head.{h}"); a tagger has no cross-attention."""
+        c = self.config
+        return [
+            f"layer.{layer}.head.{head}"
+            for layer in range(1, c.layers + 1)
+            for head in range(1, c.heads + 1)
+        ]
+
+    @property
+    def max_length(self) -> int | None:
+        c = self.config
+        return c.max_length if self.positions is not None or c.needs_length() else None
+
+    def represent(self, batch: Batch) -> Tensor:
+        """The input representation x_0 of each token: B x S x D."""
+        if batch.chars is None:
+            raise ValueError("a san_tagger batch needs the characters of its words")
+        x = self.embedding(batch.source)  # B x S x E
+        if self.positions is not None:
+            size = batch.source.shape[1]
+            if size > self.config.max_length:
+                raise DataError(
+                    f"a sentence of {size} words is longer than the tagger takes "
+                    f"(max_length {self.config.max_length})"
+                )
+            p = self.positions.weight[:size].to(x.dtype)  # S x P
+            p = p.unsqueeze(0).expand(x.shape[0], -1, -1)  # B x S x P
+            x = x + p if self.config.position_mode == "add" else torch.cat([x, p], dim=-1)
+        return torch.cat([x, self.char_cnn(batch.chars)], dim=-1)  # B x S x D
+
+    def forward(self, batch: Batch) -> TaggingOutput:  # type: ignore[override]
+        mask = batch.source_mask
+        x0 = self.represent(batch)  # B x S x D
+        h = x0
+        for layer in self.layers:
+            h = self.drop(h)
+            h = h + layer(h, mask)  # B x S x D
+        logits = self.output(torch.cat([x0, h], dim=-1))  # B x S x V
+        return TaggingOutput(torch.log_softmax(logits.float(), dim=-1), mask)
+
+    def loss(  # type: ignore[override]
+        self, batch: Batch, output: TaggingOutput, label_smoothing: float = 0.0
+    ) -> dict[str, Tensor]:
+        """Cross-entropy per token (padding excluded), optionally label-smoothed."""
+        log_probs, mask = output.log_probs, output.mask  # B x S x V, B x S
+        tokens = mask.sum().clamp(min=1)
+        nll = -log_probs.gather(-1, batch.target_out.unsqueeze(-1)).squeeze(-1)  # B x S
+        nll = (nll * mask).sum() / tokens
+        if label_smoothing == 0:
+            return {"loss": nll, "nll": nll}
+        smooth = (-log_probs.mean(dim=-1) * mask).sum() / tokens
+        return {"loss": (1 - label_smoothing) * nll + label_smoothing * smooth, "nll": nll}
+
+    def tag(self, batch: Batch) -> Tensor:
+        """The most probable tag of each token, never a reserved symbol: B x S (padding:
+        PAD_ID)."""
+        output = self(batch)
+        log_probs = output.log_probs.clone()  # B x S x V
+        log_probs[..., : len(SPECIALS)] = float("-inf")
+        return log_probs.argmax(dim=-1).masked_fill(~output.mask, PAD_ID)
+
+    def self_attention(self, batch: Batch) -> Tensor:
+        """Every layer's attention weights (after any convolution): B x (L*H) x S x S."""
+        mask = batch.source_mask
+        h = self.represent(batch)
+        weights = []
+        for layer in self.layers:
+            w, _ = layer.weights(h, mask)
+            weights.append(w)
+            h = h + layer(h, mask)
+        return torch.cat(weights, dim=1)
+
+    def init_state(self, batch: Batch):  # type: ignore[override]
+        raise TypeError("a tagger labels every token at once: it has no decoder steps")
+
+    def step(self, state, previous):  # type: ignore[override]
+        raise TypeError("a tagger labels every token at once: it has no decoder steps")
+
+    def load_word_vectors(self, path: str | Path, symbols: list[str]) -> int:
+        """Initialise the embeddings of the vocabulary `symbols` from a text file of word
+        vectors (an optional "count dim" header line, then "word v1 ... vD"; fastText's
+        .vec and word2vec's text format). Returns how many vocabulary words were found."""
+        data = read_bytes(path)
+        lines, _ = decode_lines(data, str(path))
+        index = {s: i for i, s in enumerate(symbols)}
+        dim = self.config.embedding_dim
+        found = 0
+        weight = self.embedding.weight
+        with torch.no_grad():
+            for number, line in enumerate(lines, 1):
+                fields = line.rstrip().split(" ")
+                if number == 1 and len(fields) == 2 and all(f.isdigit() for f in fields):
+                    continue  # the header
+                if len(fields) != dim + 1:
+                    raise DataError(
+                        f"expected a word and {dim} numbers (model.embedding_dim), "
+                        f"found {len(fields) - 1} numbers",
+                        path,
+                        number,
+                        line[:80],
+                    )
+                row = index.get(fields[0])
+                if row is None or row == PAD_ID:
+                    continue
+                try:
+                    weight[row] = torch.tensor([float(v) for v in fields[1:]])
+                except ValueError:
+                    raise DataError("not a number in the vector", path, number, line[:80]) from None
+                found += 1
+        return found
