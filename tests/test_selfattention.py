@@ -103,7 +103,9 @@ def test_convolution_keeps_the_shape_and_matches_the_formula(kind):
                     a, conv.weight[h, :size, :size].detach(), conv.bias[h, :size].detach()
                 )
             else:
-                expected = _conv2d_by_hand(a, conv.weight[h, 0].detach(), float(conv.bias[h]))
+                expected = _conv2d_by_hand(
+                    a, conv.weight[h, 0].detach(), float(conv.bias[h].detach())
+                )
             assert torch.allclose(out[b, h, :size, :size], expected.detach(), atol=1e-12)
         assert not out[b, :, :, size:].any()  # padded keys give nothing
 

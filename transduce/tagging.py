@@ -224,7 +224,6 @@ class TaggingTrainer(Trainer):
         indices: list[int],
         number: int,
     ) -> float:
-        t = self.config.train
         batch = tag_batch(
             [data.train[i][0] for i in indices],
             [data.train_chars[i] for i in indices],  # type: ignore[attr-defined]
@@ -233,12 +232,7 @@ class TaggingTrainer(Trainer):
         schedule.before_update(number)
         with self._autocast():
             losses = model.loss(batch, model(batch), self.config.loss.label_smoothing)
-        optimizer.zero_grad(set_to_none=True)
-        losses["loss"].backward()
-        if t.clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
-        optimizer.step()
-        return losses["loss"].item()
+        return self.step(model, optimizer, losses["loss"])
 
     def dev_loss(
         self, model: Model, pairs: list[tuple[list[int], list[int]]]

@@ -525,7 +525,6 @@ class Trainer:
         number: int,
     ) -> float:
         """One update on the training examples `indices`; returns the loss."""
-        t = self.config.train
         batch = collate(
             [data.train[i][0] for i in indices], [data.train[i][1] for i in indices]
         ).to(self.device)
@@ -546,12 +545,17 @@ class Trainer:
                     m.reverse,
                 )
                 losses["loss"] = losses["loss"] + weight * mono
+        return self.step(model, optimizer, losses["loss"])
+
+    def step(self, model: Model, optimizer: Any, loss: torch.Tensor) -> float:
+        """Backpropagate `loss`, clip the gradient norm if asked, update; returns the loss."""
         optimizer.zero_grad(set_to_none=True)
-        losses["loss"].backward()
-        if t.clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
+        loss.backward()
+        clip = self.config.train.clip_norm
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
-        return losses["loss"].item()
+        return loss.item()
 
     def _validate(
         self,

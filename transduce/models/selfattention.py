@@ -85,6 +85,15 @@ class AttentionOptions:
         return self.position_mode in DIRECT or self.conv_attention == "conv1d"
 
 
+def head_names(prefix: str, layers: int, heads: int) -> list[str]:
+    """ "{prefix}.{layer}.head.{head}" for every layer and head, 1-based, layer by layer."""
+    return [
+        f"{prefix}.{layer}.head.{head}"
+        for layer in range(1, layers + 1)
+        for head in range(1, heads + 1)
+    ]
+
+
 def split_heads(x: Tensor, heads: int) -> Tensor:
     b, t, d = x.shape
     return x.view(b, t, heads, d // heads).transpose(1, 2)  # B x H x T x D/H

@@ -33,7 +33,7 @@ from transduce.data.batching import Batch
 from transduce.errors import DataError
 from transduce.io import decode_lines, read_bytes
 from transduce.models.base import Model, register
-from transduce.models.selfattention import AttentionOptions, SelfAttention
+from transduce.models.selfattention import AttentionOptions, SelfAttention, head_names
 from transduce.special import PAD_ID, SPECIALS
 
 
@@ -103,8 +103,10 @@ class CharCNN(nn.Module):
 
 @dataclass
 class TaggingOutput:
+    """What `Model.loss` reads: the tags are `batch.target_out`, aligned to the words."""
+
     log_probs: Tensor  # B x S x V (tags)
-    mask: Tensor  # B x S, True on real tokens
+    target_mask: Tensor  # B x S, True on real words
 
 
 @register
@@ -159,12 +161,7 @@ class SanTagger(Model):
     @property
     def attention_names(self) -> list[str]:
         """Self-attention heads ("layer.{l}.head.{h}"); a tagger has no cross-attention."""
-        c = self.config
-        return [
-            f"layer.{layer}.head.{head}"
-            for layer in range(1, c.layers + 1)
-            for head in range(1, c.heads + 1)
-        ]
+        return head_names("layer", self.config.layers, self.config.heads)
 
     @property
     def max_length(self) -> int | None:
@@ -198,26 +195,13 @@ class SanTagger(Model):
         logits = self.output(torch.cat([x0, h], dim=-1))  # B x S x V
         return TaggingOutput(torch.log_softmax(logits.float(), dim=-1), mask)
 
-    def loss(  # type: ignore[override]
-        self, batch: Batch, output: TaggingOutput, label_smoothing: float = 0.0
-    ) -> dict[str, Tensor]:
-        """Cross-entropy per token (padding excluded), optionally label-smoothed."""
-        log_probs, mask = output.log_probs, output.mask  # B x S x V, B x S
-        tokens = mask.sum().clamp(min=1)
-        nll = -log_probs.gather(-1, batch.target_out.unsqueeze(-1)).squeeze(-1)  # B x S
-        nll = (nll * mask).sum() / tokens
-        if label_smoothing == 0:
-            return {"loss": nll, "nll": nll}
-        smooth = (-log_probs.mean(dim=-1) * mask).sum() / tokens
-        return {"loss": (1 - label_smoothing) * nll + label_smoothing * smooth, "nll": nll}
-
     def tag(self, batch: Batch) -> Tensor:
         """The most probable tag of each token, never a reserved symbol: B x S (padding:
         PAD_ID)."""
         output = self(batch)
         log_probs = output.log_probs.clone()  # B x S x V
         log_probs[..., : len(SPECIALS)] = float("-inf")
-        return log_probs.argmax(dim=-1).masked_fill(~output.mask, PAD_ID)
+        return log_probs.argmax(dim=-1).masked_fill(~output.target_mask, PAD_ID)
 
     def self_attention(self, batch: Batch) -> Tensor:
         """Every layer's attention weights (after any convolution): B x (L*H) x S x S."""

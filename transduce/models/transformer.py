@@ -34,6 +34,7 @@ from transduce.models.selfattention import (
     AttentionOptions,
     DropHead,
     SelfAttention,
+    head_names,
     merge_heads,
     split_heads,
 )
@@ -322,12 +323,7 @@ class TransformerModel(Model):
 
     @property
     def attention_names(self) -> list[str]:
-        c = self.config
-        return [
-            f"decoder.{layer}.head.{head}"
-            for layer in range(1, c.decoder_layers + 1)
-            for head in range(1, c.heads + 1)
-        ]
+        return head_names("decoder", self.config.decoder_layers, self.config.heads)
 
     def _embed(
         self, embedding: nn.Embedding, ids: Tensor, positions: Tensor | None = None
