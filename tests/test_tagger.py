@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from transduce.data.prepare import PrepareRequest, prepare
@@ -16,7 +17,7 @@ from transduce.metrics.corpus import Corpus
 from transduce.metrics.tagging import Lexicon, TaggingAccuracy
 from transduce.models import build_model
 from transduce.models.tagger import SanTaggerConfig
-from transduce.tagging import char_vocab, encode_chars, tag_batch
+from transduce.tagging import char_vocab, encode_chars, tag_batch, tag_sentences, windows
 
 NOUNS = ["cat", "dog", "bird", "fish", "cow"]
 VERBS = ["sees", "likes", "eats"]
@@ -237,15 +238,39 @@ def test_tagger_errors(run, tmp_path: Path, toy: Path):
             "train", "--config", write(tmp_path / "r.yaml", data), "--out", tmp_path / "x", *extra
         )
 
-    result = train(recipe(toy, max_length=4))
-    assert result.exit_code == 2
-    assert "sequence of 5 positions" in result.output and "model.max_length" in result.output
     data = recipe(toy)
     data["train"]["select_on"] = "acc"
     assert "selected on tagacc" in train(data).output
     data = recipe(toy)
     data["loss"] = {"monotonicity": {"weight": 0.1}}
     assert "no cross-attention" in train(data).output
+
+
+def test_windows():
+    assert windows(5, None) == [(0, 5)] and windows(5, 5) == [(0, 5)]
+    assert windows(7, 3) == [(0, 3), (3, 6), (6, 7)]
+
+
+def test_long_sentences_are_tagged_in_pieces(run, tmp_path: Path, toy: Path):
+    """With t = 3 the 4- and 5-word toy sentences are cut in training, dev and decoding."""
+    data = recipe(toy, max_length=3, position_mode="direct_both", conv_attention="conv1d")
+    data["train"]["max_epochs"] = 2
+    out = tmp_path / "run"
+    result = run("train", "--config", write(tmp_path / "r.yaml", data), "--out", out)
+    assert result.exit_code == 0, result.output
+    result = run("decode", out, "-", input="the cat sees the dog the cow\n")
+    assert result.exit_code == 0 and len(result.stdout.split()) == 7
+    torch.manual_seed(0)
+    config = SanTaggerConfig(**{**{k: v for k, v in TINY.items() if k != "name"}, "max_length": 3})
+    model = build_model("san_tagger", config, 10, 9, chars=7)
+    words = [[5, 6, 7, 8, 9, 5, 6], [7]]
+    chars = [[[5]] * 7, [[6]]]
+    whole = tag_sentences(model, words, chars, torch.device("cpu"), 4)
+    cuts = [slice(0, 3), slice(3, 6), slice(6, 7)]
+    pieces = tag_sentences(
+        model, [words[0][c] for c in cuts], [chars[0][c] for c in cuts], torch.device("cpu"), 4
+    )
+    assert whole[0] == pieces[0] + pieces[1] + pieces[2] and len(whole[1]) == 1
 
 
 def test_resume_and_beam_refusal(run, tmp_path: Path, toy: Path):

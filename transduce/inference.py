@@ -163,7 +163,7 @@ class Transducer:
             symbols = self.tokenize(line, number, path, input_format)
             if not symbols:  # e.g. only a features column: nothing to transduce
                 continue
-            limit = self.model.max_length
+            limit = None if tagging else self.model.max_length  # a tagger cuts long lines
             if limit is not None and len(symbols) > limit:
                 raise DataError(
                     f"{len(symbols)} input symbols, more than the model takes ({limit})",

@@ -57,6 +57,24 @@ def tag_batch(
     return batch
 
 
+def windows(size: int, limit: int | None) -> list[tuple[int, int]]:
+    """[start, end) of the consecutive pieces of at most `limit` words that a sentence of
+    `size` words is cut into (one piece when there is no limit). Dufter et al.'s code does
+    the same with sentences longer than t, in training and at test time."""
+    if limit is None or size <= limit:
+        return [(0, size)]
+    return [(start, min(start + limit, size)) for start in range(0, size, limit)]
+
+
+def split_pairs(pairs: Sequence[Pair], limit: int | None) -> list[Pair]:
+    """Training or dev sentences cut into pieces the tagger takes."""
+    return [
+        Pair(p.source[a:b], None if p.target is None else p.target[a:b])
+        for p in pairs
+        for a, b in windows(len(p.source), limit)
+    ]
+
+
 def tag_sentences(
     model: Model,
     words: Sequence[Sequence[int]],
@@ -64,17 +82,25 @@ def tag_sentences(
     device: torch.device,
     batch_size: int,
 ) -> list[list[int]]:
-    """The model's tag ids for each sentence (in order), batched by length."""
-    lengths = [(len(w), 0) for w in words]
+    """The model's tag ids for each sentence (in order), batched by length; a sentence
+    longer than the model takes is tagged in consecutive pieces (`windows`)."""
+    pieces = [(n, a, b) for n, w in enumerate(words) for a, b in windows(len(w), model.max_length)]
+    lengths = [(b - a, 0) for _, a, b in pieces]
     out: list[list[int]] = [[] for _ in words]
+    tagged: list[list[int]] = [[] for _ in pieces]
     was_training = model.training
     model.eval()
     with torch.inference_mode():
         for chunk in plan_batches(lengths, batch_size, bucketing=True):
-            batch = tag_batch([words[i] for i in chunk], [chars[i] for i in chunk]).to(device)
+            batch = tag_batch(
+                [words[pieces[i][0]][pieces[i][1] : pieces[i][2]] for i in chunk],
+                [chars[pieces[i][0]][pieces[i][1] : pieces[i][2]] for i in chunk],
+            ).to(device)
             predicted = model.tag(batch).tolist()  # type: ignore[attr-defined]
             for row, i in enumerate(chunk):
-                out[i] = predicted[row][: len(words[i])]
+                tagged[i] = predicted[row][: lengths[i][0]]
+    for (n, _, _), tags in zip(pieces, tagged):  # pieces are in sentence order
+        out[n].extend(tags)
     model.train(was_training)
     return out
 
@@ -102,14 +128,13 @@ class TaggingData(Data):
 
 
 def _check_aligned(pairs: Sequence[Pair], split: str, directory: Any) -> None:
-    for number, pair in enumerate(pairs, 1):
+    for pair in pairs:
         if pair.target is not None and len(pair.target) != len(pair.source):
             raise DataError(
-                f"a tagger needs one tag per word: {len(pair.source)} words and "
-                f"{len(pair.target)} tags",
+                f"a tagger needs one tag per word: a sentence has {len(pair.source)} words "
+                f"and {len(pair.target)} tags (prepare the data with the conllu format)",
                 directory / f"{split}.tsv",
-                number,
-                " ".join(pair.source)[:80],
+                value=" ".join(pair.source)[:80],
             )
 
 
@@ -135,6 +160,10 @@ class TaggingTrainer(Trainer):
         prepared, kept, too_long, dev_pairs, test_pairs = self.read_splits()
         for split, pairs in (("train", kept), ("dev", dev_pairs), ("test", test_pairs)):
             _check_aligned(pairs, split, prepared.directory)
+        limit = self.config.model.length_limit()
+        lexicon = Lexicon.build(((p.source, p.target) for p in kept), "train")  # type: ignore[misc]
+        dev_eval = EvalSet([p.source for p in dev_pairs], [[p.target] for p in dev_pairs])  # type: ignore[misc]
+        kept, dev_pairs = split_pairs(kept, limit), split_pairs(dev_pairs, limit)
         source_vocab, target_vocab = vocabs or self.vocabularies(kept)
         chars = chars or char_vocab([p.source for p in kept])
         longest = self.config.model.max_word_length
@@ -149,11 +178,11 @@ class TaggingTrainer(Trainer):
             target_vocab,
             [(source_vocab.encode(p.source), target_vocab.encode(p.target)) for p in kept],  # type: ignore[arg-type]
             [(source_vocab.encode(p.source), target_vocab.encode(p.target)) for p in dev_pairs],  # type: ignore[arg-type]
-            EvalSet([p.source for p in dev_pairs], [[p.target] for p in dev_pairs]),  # type: ignore[misc]
+            dev_eval,
             test,
             too_long,
             chars,
-            Lexicon.build(((p.source, p.target) for p in kept), "train"),  # type: ignore[misc]
+            lexicon,
             [encode_chars(p.source, chars, longest) for p in kept],
             [encode_chars(p.source, chars, longest) for p in dev_pairs],
         )
@@ -193,12 +222,8 @@ class TaggingTrainer(Trainer):
         self.mechanisms = []
         return model.to(self.device)
 
-    def longest(self, data: Data) -> dict[str, int]:
-        return {
-            "train": max(len(s) for s, _ in data.train),
-            "dev": max(len(s) for s, _ in data.dev),
-            "test": max(map(len, data.test_eval.sources)) if data.test_eval else 0,
-        }
+    def check_lengths(self, model: Model, data: Data) -> None:
+        """Nothing to check: sentences longer than the tagger takes are cut into pieces."""
 
     def _batches(self, data: Data, epoch: int) -> list[list[int]]:
         import random

@@ -5,16 +5,17 @@ position embedding added (SAN+PE[add]) or concatenated (SAN+PE[con]) or no posit
 embedding at all (direct position interactions, or the order-blind SAN), then a character
 representation concatenated: a convolution of width 3 with 64 filters over the word's
 character embeddings, ReLU, max-pooled over the characters (Yu et al. 2017). Then `layers`
-self-attention layers of `heads` heads, each with a residual connection (h <- h +
-SA(dropout(h))), the heads concatenated without an output projection (§2.2); and a
-residual connection from the input to the output, which (as in the authors' code)
-concatenates the input representation with the last layer's before the softmax layer
-that gives each token's tag distribution. The objective is the cross-entropy (§2.1).
+self-attention layers of `heads` heads, each with a residual connection (h <- d + SA(d)
+with d = dropout(h), as in the authors' code), the heads concatenated without an output
+projection (§2.2); and a residual connection from the input to the output, which (as in
+the authors' code) concatenates the input representation with the last layer's before
+the softmax layer that gives each token's tag distribution. The objective is the cross-entropy (§2.1).
 
 The self-attention takes the options of `transduce.models.selfattention` (direct position
 interactions in the first layer, learnable temperature, convolved attention). Learned
 position embeddings, direct interactions and conv1d exist for positions 1..t
-(`max_length`); a longer sentence is an error, reported before training.
+(`max_length`); a longer sentence is cut into pieces of at most t words, in training and
+when tagging, as the authors' code does (`transduce.tagging.windows`).
 
 What the paper does not give, and this model does: no layer normalisation and no
 feed-forward block (the authors' code has neither); padding is masked in the attention;
@@ -78,6 +79,14 @@ class SanTaggerConfig(AttentionOptions):
             problems.append("finetune_embeddings: false keeps random embeddings: give word_vectors")
         return problems + self.option_problems(self.layers)
 
+    def length_limit(self) -> int | None:
+        """t when positions are embedded or the options need it, else None (any length)."""
+        return (
+            self.max_length
+            if self.position_mode in ("add", "concat") or self.needs_length()
+            else None
+        )
+
     @property
     def hidden_size(self) -> int:
         concat = self.position_mode == "concat"
@@ -116,9 +125,15 @@ class SanTagger(Model):
     task = "tagging"
 
     def __init__(
-        self, config: SanTaggerConfig, source_vocab: int, target_vocab: int, chars: int = 5
+        self,
+        config: SanTaggerConfig,
+        source_vocab: int,
+        target_vocab: int,
+        chars: int | None = None,
     ) -> None:
         super().__init__(config, source_vocab, target_vocab)
+        if chars is None:
+            raise ValueError("a san_tagger needs the size of its character vocabulary (chars)")
         c = config
         self.chars = chars
         self.embedding = nn.Embedding(source_vocab, c.embedding_dim, padding_idx=PAD_ID)
@@ -165,8 +180,8 @@ class SanTagger(Model):
 
     @property
     def max_length(self) -> int | None:
-        c = self.config
-        return c.max_length if self.positions is not None or c.needs_length() else None
+        """t, or None; longer sentences are tagged in pieces (`transduce.tagging.windows`)."""
+        return self.config.length_limit()
 
     def represent(self, batch: Batch) -> Tensor:
         """The input representation x_0 of each token: B x S x D."""
