@@ -9,7 +9,8 @@ self-attention layers of `heads` heads, each with a residual connection (h <- d 
 with d = dropout(h), as in the authors' code), the heads concatenated without an output
 projection (§2.2); and a residual connection from the input to the output, which (as in
 the authors' code) concatenates the input representation with the last layer's before
-the softmax layer that gives each token's tag distribution. The objective is the cross-entropy (§2.1).
+the softmax layer that gives each token's tag distribution. The objective is the
+cross-entropy (§2.1).
 
 The self-attention takes the options of `transduce.models.selfattention` (direct position
 interactions in the first layer, learnable temperature, convolved attention). Learned
