@@ -145,8 +145,31 @@ def test_score_cli_tagacc(run, tmp_path: Path, toy: Path):
     bad.write_text("DET\n" * len(lines), encoding="utf-8")
     result = run("score", bad, toy / "test.conllu", "--metric", "tagacc")
     assert result.exit_code == 2 and "a tag per word" in result.output
+    assert f"{bad}:1: " in result.output  # the hypothesis file and line
     result = run("score", hyps, toy / "test.conllu", "--metric", "wer", "--train", hyps)
     assert result.exit_code == 2 and "--train applies to --metric tagacc" in result.output
+
+
+def test_tagacc_compares_whole_tags_and_reads_words_as_written(run, tmp_path: Path):
+    # references of mostly one tag would make --unit auto guess characters
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text("NOUN\nNOUN\nDET NOUN\n", encoding="utf-8")
+    ref.write_text("NOUN\nVERB\nDET NOUN\n", encoding="utf-8")
+    result = run("score", hyp, ref, "--metric", "tagacc", "--json")
+    assert json.loads(result.stdout)["scores"]["tagacc"]["value"] == 75.0
+    assert "unit:symbol" in json.loads(result.stdout)["scores"]["tagacc"]["signature"]
+    # a word with a space stays one word (escaped, as prepare writes it)
+    train, test = tmp_path / "train.tsv", tmp_path / "test.tsv"
+    train.write_text("chủ<space>tịch nói\tNOUN VERB\n", encoding="utf-8")
+    test.write_text("chủ<space>tịch mới nói\tNOUN ADJ VERB\n", encoding="utf-8")
+    hyp.write_text("NOUN NOUN VERB\n", encoding="utf-8")
+    result = run(
+        "score", hyp, test, "--ref-col", "2", "--metric", "tagacc", "--train", train, "--json"
+    )
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.stdout)["scores"]
+    assert scores["tagacc_oov"]["value"] == 0.0  # mới: the one unseen word, wrong
+    assert scores["tagacc"]["value"] == pytest.approx(200 / 3)
 
 
 # ------------------------------------------------------------------------ model
@@ -244,6 +267,11 @@ def test_tagger_errors(run, tmp_path: Path, toy: Path):
     data = recipe(toy)
     data["loss"] = {"monotonicity": {"weight": 0.1}}
     assert "no cross-attention" in train(data).output
+    from .toy import TINY_LSTM, write_task
+    from .toy import recipe as seq2seq_recipe
+
+    seq2seq = seq2seq_recipe(write_task(tmp_path, "copy", n=50), TINY_LSTM, select_on="tagacc")
+    assert "tagacc scores taggers" in train(seq2seq).output
 
 
 def test_windows():

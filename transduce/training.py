@@ -175,6 +175,8 @@ class Trainer:
                 f"model {config.model_name} is a {MODELS[config.model_name].task} model: "
                 "train it with transduce.training.make_trainer"
             )
+        if self.task == "seq2seq" and config.train.select_on == "tagacc":
+            raise ConfigError("train.select_on: tagacc scores taggers; choose another metric")
         self.config, self.run_dir, self.resume = config, Path(run_dir), resume
         self.reporter = reporter or Reporter()
         self.device = self._device(config.train.device)
@@ -678,7 +680,7 @@ def make_optimizer(model: Model, c: configuration.OptimizerConfig) -> torch.opti
     """Adam or RMSprop over the trainable parameters; Adam's fused kernel where PyTorch has
     one (5x faster than the loop on the CPU)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    if c.type == "rmsprop":  # Keras' RMSprop: rho 0.9, eps 1e-7 (Dufter et al., Table 1b)
+    if c.type == "rmsprop":  # rho is alpha in PyTorch; Keras' defaults: rho 0.9, eps 1e-7
         return torch.optim.RMSprop(
             params, lr=c.lr, alpha=c.rho, eps=c.eps, weight_decay=c.weight_decay
         )

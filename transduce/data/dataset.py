@@ -16,7 +16,7 @@ from typing import Any
 from transduce.data.formats import tag_symbol
 from transduce.data.prepare import MANIFEST, SPLITS
 from transduce.data.vocab import Vocab
-from transduce.errors import DataError
+from transduce.errors import ConfigError, DataError
 from transduce.io import decode_lines, read_bytes, sha256_bytes
 from transduce.special import SEP
 
@@ -94,7 +94,12 @@ def build_vocabs(
     sources = [p.source for p in pairs]
     targets = [p.target for p in pairs if p.target is not None]
     if shared:
-        joint = Vocab.build([*sources, *targets], min_count, fraction)
+        if fraction < 1:
+            raise ConfigError(
+                "data.vocab_fraction cuts the source vocabulary: not possible with one "
+                "vocabulary for both sides (model.tie_embeddings: all)"
+            )
+        joint = Vocab.build([*sources, *targets], min_count)
         return joint, joint
     return Vocab.build(sources, min_count, fraction), Vocab.build(targets, min_count)
 

@@ -208,12 +208,7 @@ def load_corpus(request: ScoreRequest) -> Loaded:
                     "tagacc over OOV and ambiguous words needs the words: give a CoNLL-U "
                     "reference, or a TSV words<TAB>tags with --ref-col 2"
                 )
-            sources = [
-                line.split()
-                for line in read_column(
-                    request.refs[0], request.source_col, "--source-col", request.encoding, files
-                ).lines
-            ]
+            sources = _words(request.refs[0], request.source_col, files)
     for ref in refs:
         if len(ref.lines) != len(hyps.lines):
             raise DataError(
@@ -259,6 +254,22 @@ def load_corpus(request: ScoreRequest) -> Loaded:
         unit = tokens.CHAR if all(s.get("unit") == tokens.CHAR for s in sides) else tokens.SYMBOL
     corpus = Corpus(hyp_lines, alternatives, unit, parallel=True, sources=sources)
     return Loaded(corpus, numbers, len(hyps.lines), warnings, notes)
+
+
+def _words(path: str, column: int, files: Files) -> list[list[str]]:
+    """The words of each line, from a TSV column as written: a prepared split keeps a form
+    with spaces one symbol (`chủ<space>tịch`), as its training file and tags do."""
+    if column < 1:
+        raise ConfigError(f"--source-col: columns are 1-based, {column} is not a column")
+    words = []
+    for number, line in enumerate(files[path][1], 1):
+        cols = line.split("\t")
+        if len(cols) < column:
+            raise DataError(
+                f"no column {column} (the line has {len(cols)})", display(path), number, line
+            )
+        words.append(cols[column - 1].split())
+    return words
 
 
 def make_metrics(request: ScoreRequest) -> list[Metric]:
@@ -327,9 +338,18 @@ def score_request(request: ScoreRequest) -> tuple[dict[str, Any], Loaded, list[M
     metrics = make_metrics(request)
     loaded = load_corpus(request)
     corpus = loaded.corpus
-    scores: dict[str, Score] = {
-        m.label: m.score(corpus, bootstrap=request.bootstrap, seed=request.seed) for m in metrics
-    }
+    try:
+        scores: dict[str, Score] = {
+            m.label: m.score(corpus, bootstrap=request.bootstrap, seed=request.seed)
+            for m in metrics
+        }
+    except DataError as error:  # a line of the corpus: name the hypothesis file and line
+        if error.path is not None or error.line is None:
+            raise
+        number = loaded.lines[error.line - 1]
+        raise DataError(
+            error.message, display(request.hyp), number, corpus.hyp_texts[error.line - 1]
+        ) from None
     if any(not isinstance(m, Bleu | TaggingAccuracy) for m in metrics):
         loaded.warnings.extend(_unit_warning(corpus))
     report = {

@@ -1,11 +1,15 @@
 """Tagging accuracy (Dufter et al. 2020, §2.6): over all tokens, out-of-vocabulary tokens
 and ambiguous tokens.
 
-A token is out of vocabulary (OOV) when its word never occurs in the training data, and
-ambiguous when its word has more than one distinct tag in the training data (§2.6). Words
-are compared exactly as written (case-sensitive). Each line is a sentence: the hypothesis
-and the reference are its tags separated by spaces, one per word, and the corpus carries
-the words (`Corpus.sources`).
+A token is ambiguous when its word has more than one distinct tag in the training data
+(§2.6), and out of vocabulary (OOV) when its word never occurs in the training data. The
+paper does not define OOV further; its authors' evaluation code counts the words outside
+the model's vocabulary (the most frequent 50% of the training words for UD) and leaves
+those out of the ambiguous ones, so its OOV and ambiguous numbers are not comparable with
+these, which depend on the data only, not on a model. Words are compared exactly as written
+(case-sensitive). Each line is a sentence: the hypothesis and the reference are its tags
+separated by whitespace, one per word, always compared as whole tags whatever the corpus
+unit, and the corpus carries the words (`Corpus.sources`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from transduce import __version__
 from transduce.errors import ConfigError, DataError
 from transduce.metrics.base import Metric, Option
 from transduce.metrics.corpus import Corpus
@@ -89,8 +94,8 @@ class TaggingAccuracy(Metric):
     higher_is_better = True
     definition = (
         "100 x correct tags / tokens, over all tokens (subset all), over tokens whose word is "
-        "not in the training data (oov) or has more than one tag in it (ambiguous), as "
-        "Dufter et al. (2020) §2.6 define them; 0 when the subset has no token"
+        "not in the training data (oov) or has more than one tag in it (ambiguous) "
+        "(Dufter et al. 2020 §2.6); 0 when the subset has no token"
     )
     options: ClassVar[dict[str, Option]] = {
         "subset": Option("all", SUBSETS, "all, oov or ambiguous tokens"),
@@ -100,6 +105,7 @@ class TaggingAccuracy(Metric):
         super().__init__("symbol" if unit == "auto" else unit, **options)
         if unit not in ("auto", "symbol"):
             raise ConfigError(f"tagacc compares whole tags: --unit symbol, not {unit}")
+        self.unit = "symbol"  # whatever unit the corpus guessed: tags are whole symbols
         if self.values["subset"] != "all" and lexicon is None:
             raise ConfigError(
                 f"tagacc over {self.values['subset']} tokens needs the training data (--train)"
@@ -115,8 +121,9 @@ class TaggingAccuracy(Metric):
         subset = self.values["subset"]
         if subset != "all" and corpus.sources is None:
             raise DataError(f"tagacc over {subset} tokens needs the words of every line")
-        refs = [alts[0] for alts in corpus.refs]
-        columns = token_stats(corpus.hyps, refs, corpus.sources, self.lexicon)
+        hyps = [h.split() for h in corpus.hyp_texts]
+        refs = [alts[0].split() for alts in corpus.ref_texts]
+        columns = token_stats(hyps, refs, corpus.sources, self.lexicon)
         first = SUBSETS.index(subset) * 2
         return columns[first : first + 2]
 
@@ -124,11 +131,11 @@ class TaggingAccuracy(Metric):
         return 100.0 * sums[0] / sums[1] if sums[1] else 0.0
 
     def signature(self, corpus: Corpus) -> str:
-        base = super().signature(corpus)
-        if self.lexicon is None:
-            return base
-        head, _, version = base.rpartition("|")
-        return f"{head}|train:{self.lexicon.name}|{version}"
+        parts = [self.name, f"nrefs:{corpus.nrefs}", "unit:symbol"]
+        parts += [f"{key}:{value}" for key, value in self.values.items()]
+        if self.lexicon is not None:
+            parts.append(f"train:{self.lexicon.name}")
+        return "|".join([*parts, f"version:transduce-{__version__}"])
 
 
 def read_tagged(

@@ -33,7 +33,6 @@ from torch import Tensor, nn
 
 from transduce.data.batching import Batch
 from transduce.errors import DataError
-from transduce.io import decode_lines, read_bytes
 from transduce.models.base import Model, register
 from transduce.models.selfattention import AttentionOptions, SelfAttention, head_names
 from transduce.special import PAD_ID, SPECIALS
@@ -240,14 +239,20 @@ class SanTagger(Model):
         """Initialise the embeddings of the vocabulary `symbols` from a text file of word
         vectors (an optional "count dim" header line, then "word v1 ... vD"; fastText's
         .vec and word2vec's text format). Returns how many vocabulary words were found."""
-        data = read_bytes(path)
-        lines, _ = decode_lines(data, str(path))
         index = {s: i for i, s in enumerate(symbols)}
         dim = self.config.embedding_dim
         found = 0
         weight = self.embedding.weight
-        with torch.no_grad():
-            for number, line in enumerate(lines, 1):
+        try:
+            handle = open(path, "rb")  # noqa: SIM115  (read line by line: files of GBs)
+        except OSError as error:
+            raise DataError(f"cannot read: {error.strerror}", path) from None
+        with handle, torch.no_grad():
+            for number, raw in enumerate(handle, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise DataError("not UTF-8", path, number) from None
                 fields = line.rstrip().split(" ")
                 if number == 1 and len(fields) == 2 and all(f.isdigit() for f in fields):
                     continue  # the header
