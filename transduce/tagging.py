@@ -23,7 +23,7 @@ from transduce.metrics.corpus import Corpus
 from transduce.metrics.tagging import SUBSETS, Lexicon, TaggingAccuracy
 from transduce.models import Model
 from transduce.special import PAD_ID
-from transduce.training import Data, Trainer
+from transduce.training import Data, Trainer, encode_pairs
 
 TAG_METRICS = tuple("tagacc" if s == "all" else f"tagacc_{s}" for s in SUBSETS)
 
@@ -176,8 +176,8 @@ class TaggingTrainer(Trainer):
             prepared,
             source_vocab,
             target_vocab,
-            [(source_vocab.encode(p.source), target_vocab.encode(p.target)) for p in kept],  # type: ignore[arg-type]
-            [(source_vocab.encode(p.source), target_vocab.encode(p.target)) for p in dev_pairs],  # type: ignore[arg-type]
+            encode_pairs(kept, source_vocab, target_vocab),
+            encode_pairs(dev_pairs, source_vocab, target_vocab),
             dev_eval,
             test,
             too_long,

@@ -127,9 +127,10 @@ class Data:
     skipped_long: int
 
 
-def _encode(
+def encode_pairs(
     pairs: Sequence[Pair], source: Vocab, target: Vocab
 ) -> list[tuple[list[int], list[int]]]:
+    """(source ids, target ids) of the pairs that have a target."""
     return [
         (source.encode(p.source), target.encode(p.target)) for p in pairs if p.target is not None
     ]
@@ -267,8 +268,8 @@ class Trainer:
             prepared,
             source_vocab,
             target_vocab,
-            _encode(kept, source_vocab, target_vocab),
-            _encode(dev_pairs, source_vocab, target_vocab),
+            encode_pairs(kept, source_vocab, target_vocab),
+            encode_pairs(dev_pairs, source_vocab, target_vocab),
             eval_set(dev_pairs),
             test,
             too_long,
