@@ -286,6 +286,8 @@ def make_metrics(request: ScoreRequest) -> list[Metric]:
     names = list(dict.fromkeys(request.metrics))  # each once, in the order given
     if request.train is not None and "tagacc" not in names:
         raise ConfigError("--train applies to --metric tagacc, which is not requested")
+    if request.train is not None and request.merge_variants:
+        raise ConfigError("--merge-variants does not apply to tagging accuracy (--train)")
     metrics: list[Metric] = []
     for n in names:
         if n != "tagacc":
