@@ -70,22 +70,23 @@ def transformer_config():
 
 
 def trainer_setup(data: dict):
-    """A `Trainer` for the recipe `data`, ready to call `update`: the trainer, its loaded data,
-    model (seed 1, in training mode), optimizer, schedule and first epoch's batches."""
+    """The trainer of the recipe `data` (a tagger's too), ready to call `update`: the
+    trainer, its loaded data, model (seed 1, in training mode), optimizer, schedule and
+    first epoch's batches."""
     import torch
 
     from transduce import config as configuration
     from transduce.training import (
         Schedule,
-        Trainer,
         keep_large_blocks_out_of_the_heap,
         make_optimizer,
+        make_trainer,
     )
 
     keep_large_blocks_out_of_the_heap()  # as `Trainer.run` does
-    trainer = Trainer(configuration.parse(data), Path(tempfile.mkdtemp()))
+    trainer = make_trainer(configuration.parse(data), Path(tempfile.mkdtemp()))
     torch.set_num_threads(2)
-    loaded = trainer.load_data()
+    loaded = trainer.data = trainer.load_data()
     torch.manual_seed(1)
     model = trainer._model(loaded)
     optimizer = make_optimizer(model, trainer.config.train.optimizer)
