@@ -190,6 +190,7 @@ class Corpus:
         self._hyp_source, self._ref_source = hyps, refs
         self._parallel = parallel
         self.sources = sources
+        self.memo: dict[Any, Any] = {}  # results several metrics share (tagacc's counts)
         # One string per line is the common case (files): it never builds per-line lists.
         self._plain = _all_str(hyps) and _all_str(refs)
         self._single = _all_str(refs)

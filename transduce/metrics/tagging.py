@@ -121,9 +121,12 @@ class TaggingAccuracy(Metric):
         subset = self.values["subset"]
         if subset != "all" and corpus.sources is None:
             raise DataError(f"tagacc over {subset} tokens needs the words of every line")
-        hyps = [h.split() for h in corpus.hyp_texts]
-        refs = [alts[0].split() for alts in corpus.ref_texts]
-        columns = token_stats(hyps, refs, corpus.sources, self.lexicon)
+        key = ("tagacc", id(self.lexicon))  # all, oov and ambiguous share one count
+        if key not in corpus.memo:
+            hyps = [h.split() for h in corpus.hyp_texts]
+            refs = [alts[0].split() for alts in corpus.ref_texts]
+            corpus.memo[key] = (self.lexicon, token_stats(hyps, refs, corpus.sources, self.lexicon))
+        columns = corpus.memo[key][1]  # the lexicon is kept with them, so its id stays its own
         first = SUBSETS.index(subset) * 2
         return columns[first : first + 2]
 
