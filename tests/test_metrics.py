@@ -78,9 +78,17 @@ def test_hangul_syllables():
     assert score("per", ["안녕"], [["안녕하세요"]], unit="char") == pytest.approx(60.0)
 
 
-def test_char_unit_ignores_whitespace_and_symbol_unit_splits_on_it():
-    assert score("acc", ["w a l k e d"], [["walked"]], unit="char") == 100.0
+def test_char_unit_counts_a_space_and_symbol_unit_splits_on_it():
+    assert score("acc", ["w a l k e d"], [["walked"]], unit="char-nospace") == 100.0
+    assert score("acc", ["w a l k e d"], [["walked"]], unit="char") == 0.0
     assert score("acc", ["w a l k e d"], [["walked"]], unit="symbol") == 0.0
+    # "Aagemacht" for "Aa gemacht": one deletion of the space (SIGMORPHON 2017 evalm.py)
+    assert score("lev", ["Aagemacht"], [["Aa gemacht"]], unit="char") == 1
+    assert score("acc", ["Aagemacht"], [["Aa gemacht"]], unit="char") == 0.0
+    assert score("per", ["Aagemacht"], [["Aa gemacht"]], unit="char") == pytest.approx(10.0)
+    assert score("lev", ["Aagemacht"], [["Aa gemacht"]], unit="char-nospace") == 0
+    assert score("acc", ["a\u00a0b"], [["a b"]], unit="char") == 0.0  # another space
+    assert score("acc", ["a\u00a0b"], [["a b"]], unit="char-nospace") == 100.0
 
 
 def test_auto_unit_follows_the_references():

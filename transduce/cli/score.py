@@ -60,7 +60,8 @@ def score_command(
     unit: Annotated[
         Unit,
         _option(
-            "symbol: whitespace-separated tokens; char: characters, whitespace ignored; "
+            "symbol: whitespace-separated tokens; char: characters, a space counts as one "
+            "(as the official scorers); char-nospace: characters, whitespace left out; "
             "auto: symbol when most references contain spaces (a prepared split: its target's).",
             _IN,
         ),

@@ -26,7 +26,8 @@ from transduce import defaults
 from transduce.data.tokens import CHAR, SYMBOL, guess_unit
 from transduce.errors import ConfigError, DataError
 
-UNITS = (SYMBOL, CHAR, "auto")
+CHAR_NOSPACE = "char-nospace"  # characters with whitespace left out
+UNITS = (SYMBOL, CHAR, CHAR_NOSPACE, "auto")
 
 Text = str | Sequence[str]
 
@@ -48,14 +49,22 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def tokenize_char(text: str) -> str:
-    """Characters with whitespace removed (a str is a sequence of characters)."""
+def characters(text: str) -> str:
+    """Every character, whitespace included (a str is a sequence of characters): what the
+    official scorers count (SIGMORPHON 2017 `evalm.py`, the NEWS script)."""
+    return text
+
+
+def characters_nospace(text: str) -> str:
+    """The characters other than whitespace."""
     return "".join(text.split())
 
 
 def cutter(unit: str) -> Callable[[str], Sequence[str]]:
     """The function that cuts a string into the symbols of `unit`."""
-    return tokenize_char if unit == CHAR else str.split
+    if unit == CHAR:
+        return characters
+    return characters_nospace if unit == CHAR_NOSPACE else str.split
 
 
 @dataclass(frozen=True)
@@ -155,9 +164,10 @@ class Corpus:
             sequences: with strings, a line's entry is "K AE T" or ["K AE T", "K AA T"];
             with symbols, [["K", "AE", "T"]] or [["K", "AE", "T"], ["K", "AA", "T"]].
         unit: How strings are cut: "symbol" (whitespace-separated tokens), "char"
-            (characters, whitespace ignored) or "auto" (symbol when more than half of the
-            reference strings contain whitespace between symbols, else char; decided on
-            at most `AUTO_SAMPLE` evenly spaced references).
+            (characters, a space among them, as the official scorers count them),
+            "char-nospace" (characters, whitespace left out) or "auto" (symbol when more
+            than half of the reference strings contain whitespace between symbols, else
+            char; decided on at most `AUTO_SAMPLE` evenly spaced references).
         parallel: Compute the edit distances of large corpora (`PARALLEL_MIN_LINES` lines
             or more) in worker processes (what `transduce score` does). Off by default,
             so that a library caller (a training loop) never forks.
@@ -220,7 +230,10 @@ class Corpus:
                 return
             empty = [not r.strip() for r in self._ref_source]  # type: ignore[union-attr]
         else:
-            empty = [not alts or not all(alts) for alts in self.refs]
+            empty = [  # blank strings too: a reference of only spaces is no reference
+                not alts or not all(a.strip() if isinstance(a, str) else a for a in alts)
+                for alts in self._alternatives  # type: ignore[union-attr]
+            ]
             if not any(empty):
                 return
         raise DataError("empty reference", line=empty.index(True) + 1)
