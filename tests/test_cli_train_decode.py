@@ -121,6 +121,7 @@ def test_decode_nbest_tsv_and_report(run, trained: Path, tmp_path: Path):
 def test_decode_runs_in_the_precision_asked_for(trained: Path):
     from transduce import checkpoint
     from transduce.inference import Transducer
+    from transduce.precision import bf16_works
 
     seen = []
     for bf16 in (True, False, None):  # None: as trained (float32 here)
@@ -133,7 +134,10 @@ def test_decode_runs_in_the_precision_asked_for(trained: Path):
 
         transducer.model.init_state = spy
         assert transducer.transduce(["abc"])[0].texts
-    assert seen == [True, False, False]
+    # bf16 where this CPU runs it (AVX512-BF16 or AMX), float32 with a warning elsewhere
+    assert seen == [bf16_works("cpu"), False, False]
+    warned = Transducer.from_checkpoint(checkpoint.load(trained), "cpu", True).precision_warning
+    assert (warned is None) == bf16_works("cpu")
 
 
 def test_decode_errors(run, trained: Path, tmp_path: Path):

@@ -32,7 +32,7 @@ def test_defaults_are_filled_in():
 
 def test_every_problem_is_reported_together():
     data = minimal(
-        train={"batch_size": "big", "optimiser": {"lr": 1}, "schedule": {"type": "cosine"}},
+        train={"batch_size": "big", "optimiser": {"lr": 1}, "schedule": {"type": "linear"}},
         decode={"beam": 0},
         extra={},
     )
@@ -45,7 +45,7 @@ def test_every_problem_is_reported_together():
         "extra: unknown section",
         "train.batch_size: expected an integer, got 'big'",
         "train.optimiser: unknown key (did you mean optimizer?)",
-        "train.schedule.type: expected one of constant, inverse_sqrt, plateau, got 'cosine'",
+        "train.schedule.type: expected one of constant, inverse_sqrt, plateau, cosine, got 'linear'",
         "model.embedding_dim: expected an integer, got 2.5",
         "model.attention: expected a mapping or one of dot, general, bilinear, mlp, got 'luong'",
         "decode.beam: must be at least 1",
@@ -127,3 +127,12 @@ def test_every_recipe_is_valid(recipe: Path):
     text = recipe.read_text(encoding="utf-8")
     assert text.startswith("#"), "a recipe starts with a comment saying how to run it"
     configuration.load(str(recipe))
+
+
+def test_cosine_schedule_needs_its_end():
+    with pytest.raises(ConfigError, match="the cosine schedule needs the update it ends at"):
+        configuration.parse(minimal(train={"schedule": {"type": "cosine"}}), "r.yaml")
+    with pytest.raises(ConfigError, match="until: must be at least 2, not 1"):
+        configuration.parse(minimal(train={"schedule": {"type": "cosine", "until": 1}}))
+    config = configuration.parse(minimal(train={"max_updates": 10, "schedule": {"type": "cosine"}}))
+    assert config.train.schedule.type == "cosine" and config.train.schedule.until is None

@@ -140,6 +140,15 @@ def test_schedules():
     stops = [plateau.after_validation(v, lower_is_better=True) for v in (5, 4, 4, 4, 3, 3, 3)]
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
     assert stops == [False, False, False, False, False, False, True]
+    cosine = Schedule(
+        configuration.ScheduleConfig(type="cosine", min_lr=0.1), optimizer, 1.0, max_updates=5
+    )
+    rates = []
+    for update in range(1, 8):
+        cosine.before_update(update)
+        rates.append(optimizer.param_groups[0]["lr"])
+    # 0.1 + 0.9 (1 + cos(pi k / 4)) / 2 for k = 0..4, then min_lr: computed by hand
+    assert rates == pytest.approx([1.0, 0.868198, 0.55, 0.231802, 0.1, 0.1, 0.1], abs=1e-6)
 
 
 def test_sequences_longer_than_learned_positions_are_a_config_error(tasks, tmp_path: Path):

@@ -172,10 +172,15 @@ class ScheduleConfig:
     `warmup` updates, then lr * sqrt(warmup / update). plateau (Wu et al. 2018 §8.2): multiply
     the rate by `factor` after `patience` validations without improvement of `monitor`
     (the selected dev metric, or the dev loss), and stop training once it is below `min_lr`.
+    cosine (Loshchilov and Hutter 2017, one cycle, no restart): from `lr` at update 1 down
+    to `min_lr` at update `until` (default: train.max_updates) along half a cosine,
+    min_lr + (lr - min_lr) (1 + cos(pi (u - 1) / (until - 1))) / 2, then `min_lr`: a run
+    anneals within a number of updates fixed in advance, whatever the machine's speed.
     """
 
-    type: Literal["constant", "inverse_sqrt", "plateau"] = "constant"
+    type: Literal["constant", "inverse_sqrt", "plateau", "cosine"] = "constant"
     warmup: int = 4000
+    until: int | None = None  # cosine: the update that reaches min_lr; None: max_updates
     factor: float = 0.5
     patience: int = 1
     min_lr: float = 1e-5
@@ -183,6 +188,8 @@ class ScheduleConfig:
 
     def check(self) -> list[str]:
         problems = _at_least(self, 1, "warmup", "patience") + _at_least(self, 0, "min_lr")
+        if self.until is not None and self.until < 2:
+            problems.append(f"until: must be at least 2, not {self.until}")
         if not 0 < self.factor < 1:
             problems.append(f"factor: must be in (0, 1), not {self.factor}")
         return problems
@@ -226,6 +233,14 @@ class TrainConfig:
             )
         if self.max_epochs is None and self.max_updates is None and self.max_minutes is None:
             problems.append("max_epochs: give a limit (max_epochs, max_updates or max_minutes)")
+        if self.schedule.type == "cosine" and self.schedule.until is None:
+            if self.max_updates is None:
+                problems.append(
+                    "schedule.until: the cosine schedule needs the update it ends at "
+                    "(schedule.until, or train.max_updates)"
+                )
+            elif self.max_updates < 2:
+                problems.append("max_updates: the cosine schedule needs at least 2 updates")
         return problems
 
 

@@ -23,6 +23,7 @@ from transduce.data.vocab import Vocab
 from transduce.decoding import Hypothesis, decode_all
 from transduce.errors import CheckpointError, ConfigError, DataError
 from transduce.models import Model, build_model
+from transduce.precision import autocast, use_bf16
 
 
 @dataclass
@@ -38,13 +39,15 @@ class Transducer:
 
     Args:
         bf16: Decode under bfloat16 autocast; None: as the model was trained (`train.bf16`).
+            Where the device cannot run bfloat16, float32, and `precision_warning` says so.
     """
 
     def __init__(
         self, model: Model, payload: dict[str, Any], device: torch.device, bf16: bool | None = None
     ) -> None:
         self.model, self.payload, self.device = model, payload, device
-        self.bf16 = payload["config"]["train"].get("bf16", False) if bf16 is None else bf16
+        requested = payload["config"]["train"].get("bf16", False) if bf16 is None else bf16
+        self.bf16, self.precision_warning = use_bf16(requested, device)
         self.source_vocab = Vocab(payload["vocab"]["source"])
         self.target_vocab = Vocab(payload["vocab"]["target"])
         self.sides = payload["sides"]
@@ -81,7 +84,7 @@ class Transducer:
 
     def autocast(self) -> Any:
         """The precision context decoding runs in."""
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+        return autocast(self.device, self.bf16)
 
     # --------------------------------------------------------------- tokenizing
 

@@ -36,6 +36,7 @@ from transduce.metrics import get_metric
 from transduce.metrics.corpus import Corpus
 from transduce.models import Model, build_model
 from transduce.monotonicity import MonotonicityStats, monotonicity_loss, select_mechanisms
+from transduce.precision import autocast, use_bf16
 from transduce.progress import Reporter
 from transduce.reporting import versions, write_json
 
@@ -50,9 +51,14 @@ class Schedule:
     """Learning-rate schedules (see `transduce.config.ScheduleConfig`)."""
 
     def __init__(
-        self, config: configuration.ScheduleConfig, optimizer: torch.optim.Optimizer, lr: float
+        self,
+        config: configuration.ScheduleConfig,
+        optimizer: torch.optim.Optimizer,
+        lr: float,
+        max_updates: int | None = None,
     ):
         self.config, self.optimizer, self.base = config, optimizer, lr
+        self.until = config.until or max_updates  # cosine: checked by TrainConfig.check
         self.lr = lr if config.type != "inverse_sqrt" else 0.0
         self.best: float | None = None
         self.bad = 0
@@ -67,6 +73,11 @@ class Schedule:
         if self.config.type == "inverse_sqrt":
             warmup = self.config.warmup
             self.lr = self.base * min(update / warmup, math.sqrt(warmup / update))
+            self._apply()
+        elif self.config.type == "cosine":
+            low, until = self.config.min_lr, self.until
+            done = min(update - 1, until - 1) / (until - 1)  # type: ignore[operator]
+            self.lr = low + (self.base - low) * (1 + math.cos(math.pi * done)) / 2
             self._apply()
 
     def after_validation(self, value: float, lower_is_better: bool) -> bool:
@@ -181,6 +192,7 @@ class Trainer:
         self.config, self.run_dir, self.resume = config, Path(run_dir), resume
         self.reporter = reporter or Reporter()
         self.device = self._device(config.train.device)
+        self.bf16, self._bf16_warning = use_bf16(config.train.bf16, self.device)
         self.metrics = list(dict.fromkeys([config.train.select_on, *EVAL_METRICS]))
         self.mechanisms: list[int] = []  # the monotonicity loss's, set with the model
         self.data: Data | None = None  # set by `run`
@@ -321,8 +333,7 @@ class Trainer:
                     )
 
     def _autocast(self) -> Any:
-        enabled = self.config.train.bf16
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled)
+        return autocast(self.device, self.bf16)
 
     def _batches(self, data: Data, epoch: int) -> list[list[int]]:
         t = self.config.train
@@ -424,13 +435,15 @@ class Trainer:
         torch.manual_seed(t.seed)
         model = self._model(data)
         self.reporter.message(f"model {c.model_name}: {model.parameter_count():,} parameters")
+        if self._bf16_warning:
+            self.reporter.message(f"warning: {self._bf16_warning}")
         if c.loss.monotonicity.weight > 0 and getattr(c.model, "attention_dropout", 0) > 0:
             self.reporter.message(
                 "warning: loss.monotonicity.weight > 0 with model.attention_dropout > 0: "
                 "Rios et al. (2021) found this combination reaches a degenerate optimum"
             )
         optimizer = make_optimizer(model, t.optimizer)
-        schedule = Schedule(t.schedule, optimizer, t.optimizer.lr)
+        schedule = Schedule(t.schedule, optimizer, t.optimizer.lr, t.max_updates)
         progress = Progress()
         if state is not None:
             model.load_state_dict(state["model"])
@@ -640,6 +653,7 @@ class Trainer:
             "vocab": {"source": len(data.source_vocab), "target": len(data.target_vocab)},
             "parameters": model.parameter_count(),
             "device": str(self.device),
+            "bf16": self.bf16,  # train.bf16 as honoured by this device
             "threads": torch.get_num_threads(),
             "history": progress.history,
             "best": {

@@ -104,6 +104,8 @@ def analyze_command(
         raise TransduceError("--beam and --batch-size: must be at least 1")
     payload = checkpoint.load(model)
     transducer = Transducer.from_checkpoint(payload)
+    if transducer.precision_warning:
+        ui.warn(transducer.precision_warning)
     if transducer.model.task != "seq2seq":
         raise TransduceError(
             f"{payload['path']}: a {transducer.model.name} model tags each word; it has no "

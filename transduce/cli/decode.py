@@ -79,6 +79,8 @@ def decode_command(
         raise ConfigError(f"--nbest ({nbest}) cannot exceed --beam ({beam})")
     payload = checkpoint.load(model)
     transducer = Transducer.from_checkpoint(payload, device.value, bf16)
+    if transducer.precision_warning:
+        ui.warn(transducer.precision_warning)
     lines = decode_lines(read_bytes(input), display(input))[0]
     start = time.perf_counter()
     predictions = transducer.transduce(
