@@ -1,4 +1,4 @@
-"""Training throughput on CMUdict: our trainer against a plain PyTorch loop of the same shapes.
+"""Training throughput on CMUdict: our trainer, the peer and plain PyTorch loops, side by side.
 
 Configurations (../shared/BENCHMARKS.md): the attentive LSTM (embeddings 200, 2-layer
 bidirectional encoder of 400, decoder 400, no input feeding) at batch 20 and 256, and the
@@ -10,10 +10,18 @@ transformer (4 + 4 layers, d 256, 4 heads, ff 1024) at batch 400; 2 threads.
   batches of shuffled training examples padded to their longest member, the decoder over
   the whole target in one call and the attention in one bmm (LSTM), or `nn.Transformer`
   with pre-norm; no dropout (it costs time, so the ceiling stays an upper bound; ours
-  trains with dropout 0.4 and 0.3).
+  trains with dropout 0.4 and 0.3);
+* peer and plain: yoyodyne 0.5.27 (`peer.sh train`) and the shared plain PyTorch loop
+  (`peer.sh raw`: lstm_fast, transformer), from `../shared/peer-bench/peer.sh` (run
+  `bash peer.sh setup` once first). Never a constant: `--peer measure` (the default where
+  peer.sh is set up) measures them in this run, between our repeats, so that all see the
+  same machine; `--peer-file FILE` takes the JSON lines that peer.sh printed just before
+  (the report says which, and the file's age); `--peer none` leaves them out.
 
-Each row runs in its own process (so its peak RSS is its own) `--repeats` times and reports
-the median examples/s. Prints one JSON line.
+Each of ours and the ceiling runs in its own process (so its peak RSS is its own)
+`--repeats` times and reports the median examples/s; the peer and its plain loop run
+`--peer-repeats` times (default 1: one peer measurement takes minutes). A bf16 row is
+skipped on a CPU without bfloat16 (AVX512-BF16 or AMX). Prints one JSON line.
 
     python benchmarks/train_throughput.py [--repeats 3] [--rows lstm_b20,lstm_b256,...]
 """
@@ -39,8 +47,11 @@ ROWS = {
     "lstm_b256_bf16": ("lstm", 256, 16, True),
     "transformer_b400": ("transformer", 400, 10, False),
 }
-PEER = {"lstm_b20": 58, "lstm_b256": 114, "lstm_b256_bf16": 114, "transformer_b400": 126}
-TARGET_FACTOR = {"lstm": 3.0, "transformer": 2.0}
+# peer.sh's names of the same configurations: (yoyodyne model, plain loop model)
+PEER_MODELS = {"lstm": ("lstm", "lstm_fast"), "transformer": ("transformer", "transformer")}
+# Updates per peer measurement: peer.sh times the steady state after 20 warm-up batches.
+PEER_STEPS = {"lstm_b20": 120, "lstm_b256": 40, "lstm_b256_bf16": 40, "transformer_b400": 40}
+TARGET_FACTOR = 4.0  # ../shared/BENCHMARKS.md: at least 4x the peer for every model
 WARMUP = 3
 
 
@@ -230,18 +241,89 @@ def measure(kind: str, prepared: str, row: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def default_peer_bench() -> Path | None:
+    """../shared/peer-bench beside the checkout, or $TRANSDUCE_PEER_BENCH."""
+    env = os.environ.get("TRANSDUCE_PEER_BENCH")
+    here = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "peer-bench"
+    return here if (here / "peer.sh").is_file() else None
+
+
+def peer_is_set_up() -> bool:
+    """Whether `peer.sh setup` has made its virtualenv (peer.sh's own default place)."""
+    work = Path(os.environ.get("PEER_BENCH_DIR", "/tmp/peer-bench"))
+    return (work / ".venv" / "bin" / "activate").is_file()
+
+
+def peer_sh(bench: Path, *args: str) -> dict:
+    """One peer.sh measurement: its JSON line."""
+    out = subprocess.run(
+        ["bash", str(bench / "peer.sh"), *args], capture_output=True, text=True, check=False
+    )
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise SystemExit(f"peer.sh {' '.join(args)} failed ({out.returncode}): {out.stderr[-500:]}")
+    return json.loads(lines[-1])
+
+
+def peer_args(row: str) -> tuple[list[str], list[str]]:
+    """peer.sh arguments of the peer and of the plain loop for one row."""
+    family, batch, _, bf16 = ROWS[row]
+    yoyodyne, plain = PEER_MODELS[family]
+    steps = str(PEER_STEPS[row])
+    return (
+        ["train", yoyodyne, str(batch), steps],  # the peer has no bf16: fp32 in every row
+        ["raw", plain, str(batch), steps, *(["--bf16"] if bf16 else [])],
+    )
+
+
+def peer_from_file(path: Path, row: str) -> tuple[dict | None, dict | None]:
+    """The peer's and the plain loop's lines of `row` in a file of peer.sh output."""
+    family, batch, _, bf16 = ROWS[row]
+    yoyodyne, plain = PEER_MODELS[family]
+    peer = raw = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("{"):
+            continue
+        entry = json.loads(line)
+        if entry.get("batch") != batch:
+            continue
+        if entry.get("peer") == "yoyodyne" and entry.get("model") == yoyodyne:
+            peer = entry  # the last line of each kind wins
+        elif entry.get("mode") == "train" and entry.get("model") == plain + (
+            "+bf16" if bf16 else ""
+        ):
+            raw = entry
+    return peer, raw
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--peer-repeats", type=int, default=1)
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument(
         "--prepared", help="a prepared CMUdict directory (default: prepare the embedded one)"
     )
+    parser.add_argument(
+        "--peer",
+        choices=("measure", "none"),
+        help="measure the peer and the plain loop in this run (default where peer.sh is set "
+        "up), or leave them out",
+    )
+    parser.add_argument("--peer-file", type=Path, help="JSON lines printed by peer.sh just before")
+    parser.add_argument("--peer-bench", type=Path, default=default_peer_bench())
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return
+    from transduce.precision import bf16_works
+
+    mode = args.peer or (
+        "file" if args.peer_file else "measure" if args.peer_bench and peer_is_set_up() else "none"
+    )
+    if mode == "measure" and not (args.peer_bench and peer_is_set_up()):
+        raise SystemExit("--peer measure: run `bash ../shared/peer-bench/peer.sh setup` first")
     prepared = args.prepared
     if prepared is None:
         from transduce.data.prepare import PrepareRequest, prepare
@@ -250,37 +332,68 @@ def main() -> None:
         prepare(PrepareRequest("cmudict", Path(prepared)))
     results = {}
     for row in args.rows.split(","):
-        runs = {"ours": [], "ceiling": []}
-        rss = {"ours": [], "ceiling": []}
-        for _ in range(args.repeats):  # alternate, so both see the same machine load
+        if ROWS[row][3] and not bf16_works("cpu"):
+            results[row] = {"skipped": "this CPU cannot run bfloat16 (no AVX512-BF16 or AMX)"}
+            continue
+        runs: dict[str, list[float]] = {"ours": [], "ceiling": [], "peer": [], "plain": []}
+        rss: dict[str, list[float]] = {"ours": [], "ceiling": [], "peer": []}
+        for repeat in range(args.repeats):  # alternate, so all see the same machine load
             for kind in ("ours", "ceiling"):
                 measured = measure(kind, prepared, row)
                 runs[kind].append(measured["examples_per_s"])
                 rss[kind].append(measured["peak_rss_mb"])
-        family = ROWS[row][0]
-        ours_rate, ceiling_rate = (
-            statistics.median(runs["ours"]),
-            statistics.median(runs["ceiling"]),
-        )
-        target = TARGET_FACTOR[family] * PEER[row]
-        results[row] = {
-            "ours_examples_per_s": round(ours_rate, 1),
-            "ceiling_examples_per_s": round(ceiling_rate, 1),
-            "ours_over_ceiling": round(ours_rate / ceiling_rate, 2),
-            "peer_examples_per_s": PEER[row],
-            "ours_over_peer": round(ours_rate / PEER[row], 2),
-            "target_examples_per_s": target,
-            "meets_target": ours_rate >= target and ours_rate >= 0.9 * ceiling_rate,
+            if mode == "measure" and repeat < args.peer_repeats:
+                peer_line, plain_line = (peer_sh(args.peer_bench, *a) for a in peer_args(row))
+                runs["peer"].append(peer_line["examples_per_s"])
+                rss["peer"].append(peer_line["peak_rss_mb"])
+                runs["plain"].append(plain_line["examples_per_s"])
+        if mode == "file":
+            peer_line, plain_line = peer_from_file(args.peer_file, row)
+            if peer_line:
+                runs["peer"].append(peer_line["examples_per_s"])
+                rss["peer"].append(peer_line["peak_rss_mb"])
+            if plain_line:
+                runs["plain"].append(plain_line["examples_per_s"])
+        median = {k: statistics.median(v) if v else None for k, v in runs.items()}
+        entry = {
+            "ours_examples_per_s": round(median["ours"], 1),
+            "ceiling_examples_per_s": round(median["ceiling"], 1),
+            "ours_over_ceiling": round(median["ours"] / median["ceiling"], 2),
             "ours_runs": [round(r, 1) for r in runs["ours"]],
             "ceiling_runs": [round(r, 1) for r in runs["ceiling"]],
             "ours_peak_rss_mb": round(max(rss["ours"])),
         }
+        if median["peer"]:
+            entry |= {
+                "peer_examples_per_s": median["peer"],
+                "ours_over_peer": round(median["ours"] / median["peer"], 2),
+                "peer_peak_rss_mb": max(rss["peer"]),
+                "target": f"ours >= {TARGET_FACTOR} x peer and >= 0.9 x ceiling",
+                "meets_target": median["ours"] >= TARGET_FACTOR * median["peer"]
+                and median["ours"] >= 0.9 * median["ceiling"],
+            }
+        if median["plain"]:
+            entry |= {
+                "plain_examples_per_s": median["plain"],
+                "ours_over_plain": round(median["ours"] / median["plain"], 2),
+            }
+        results[row] = entry
+    if mode == "file":
+        age = time.time() - args.peer_file.stat().st_mtime
+        peer_source = f"file {args.peer_file}, written {age / 60:.0f} minutes before this report"
+    else:
+        peer_source = {
+            "measure": f"measured in this run with {args.peer_bench}/peer.sh",
+            "none": "not measured (--peer none, or peer.sh not set up)",
+        }[mode]
     print(
         json.dumps(
             {
                 "benchmark": "train_throughput",
                 "threads": 2,
                 "cpus": os.cpu_count(),
+                "cpu_capability": __import__("torch").backends.cpu.get_cpu_capability(),
+                "peer": peer_source,
                 "results": results,
             }
         )
