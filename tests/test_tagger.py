@@ -19,6 +19,8 @@ from transduce.models import build_model
 from transduce.models.tagger import SanTaggerConfig
 from transduce.tagging import char_vocab, encode_chars, tag_batch, tag_sentences, windows
 
+from .toy import toy_threads
+
 NOUNS = ["cat", "dog", "bird", "fish", "cow"]
 VERBS = ["sees", "likes", "eats"]
 
@@ -83,7 +85,7 @@ def recipe(toy: Path, **model) -> dict:
             "max_epochs": 6,
             "select_on": "tagacc",
             "optimizer": {"lr": 0.01},
-            "threads": 1,
+            "threads": toy_threads(),
         },
     }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,22 @@ from typing import Any
 from transduce.data.prepare import PrepareRequest, prepare
 
 ALPHABET = "abcdefg"
+
+# What "learned a toy task" means, for every toy-learning test. A toy task has 51 dev and
+# 51 test words (one word is 2 points); an untrained model gets 0-8% of them. Trained with
+# these recipes, every model scored a best dev accuracy of at least 86 and a test accuracy
+# of at least 84 over seeds 1-4 (AMD Zen 3 with AVX2, as measured for issue 14), while one
+# seed's trajectory differs between CPUs and BLAS kernels (one machine got 78.4 where
+# another got 88). The bars sit far above chance and some words below the worst seen, so
+# that they test learning, not one seed's luck.
+DEV_BAR = 80.0
+TEST_BAR = 70.0
+
+
+def toy_threads() -> int:
+    """Threads for the toy runs: $TRANSDUCE_TEST_THREADS (default 1), to run the suite with
+    1 and with 2 threads and show it passes with both."""
+    return int(os.environ.get("TRANSDUCE_TEST_THREADS", "1"))
 
 
 def write_task(directory: Path, task: str, n: int = 600, seed: int = 0) -> Path:
@@ -44,7 +61,7 @@ def recipe(prepared: Path, model: dict[str, Any], **train: Any) -> dict[str, Any
         "select_on": "acc",
         "optimizer": {"lr": 0.005},
         "patience": 100,
-        "threads": 1,
+        "threads": toy_threads(),
         "dev_batch_size": 64,
     }
     settings.update(train)
