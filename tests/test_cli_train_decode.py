@@ -134,7 +134,7 @@ def test_decode_runs_in_the_precision_asked_for(trained: Path):
 
         transducer.model.init_state = spy
         assert transducer.transduce(["abc"])[0].texts
-    # bf16 where this CPU runs it (AVX512-BF16 or AMX), float32 with a warning elsewhere
+    # bf16 where this CPU runs it (see transduce.precision), float32 with a warning elsewhere
     assert seen == [bf16_works("cpu"), False, False]
     warned = Transducer.from_checkpoint(checkpoint.load(trained), "cpu", True).precision_warning
     assert (warned is None) == bf16_works("cpu")

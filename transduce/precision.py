@@ -1,10 +1,10 @@
 """bfloat16 autocast where the device runs it, float32 where it cannot.
 
-On the CPU, PyTorch's bfloat16 LSTM is a oneDNN primitive that exists only where the CPU
-has bfloat16 instructions (AVX512-BF16 or AMX, on recent Intel and AMD Zen 4 CPUs). On
-others (AMD Zen 3, older Intel) `nn.LSTM` under bfloat16 autocast fails with "could not
-create a primitive descriptor for the LSTM forward propagation primitive", and every
-other op would run in slow emulation. So `train.bf16` and `decode --bf16` are requests:
+On the CPU, PyTorch's bfloat16 LSTM is a oneDNN primitive that exists only where oneDNN
+supports bfloat16 on that CPU (measured: yes on the project's Intel machine with AMX and
+its AMD Zen 4 with AVX512-BF16; no on an AVX2-only AMD Zen 3). Where it does not,
+`nn.LSTM` under bfloat16 autocast fails with "could not create a primitive descriptor for
+the LSTM forward propagation primitive". So `train.bf16` and `decode --bf16` are requests:
 `use_bf16` answers whether this device honours them, by running a tiny LSTM once, and
 the caller falls back to float32 with a warning where it does not.
 """
@@ -36,8 +36,8 @@ def use_bf16(requested: bool, device: torch.device) -> tuple[bool, str | None]:
     if not requested or bf16_works(device.type):
         return requested, None
     return False, (
-        f"bfloat16 was asked for, but this {device.type.upper()} cannot run it (on CPUs it "
-        "needs AVX512-BF16 or AMX): running in float32"
+        f"bfloat16 was asked for, but this {device.type.upper()} cannot run it (oneDNN has no "
+        "bfloat16 LSTM here, as on AVX2-only CPUs): running in float32"
     )
 
 
