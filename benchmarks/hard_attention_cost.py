@@ -146,8 +146,8 @@ def main() -> None:
                 "runs_examples_per_s": [r["examples_per_s"] for r in peer_runs],
                 "peak_rss_mb": max(r["peak_rss_mb"] for r in peer_runs),
             }
-            for model in models:
-                if model.startswith("hard"):  # the peer runs fp32
+            for model in models if not args.bf16 else ():  # the peer runs float32 only
+                if model.startswith("hard"):  # hard_monotonic too: the peer has no such model
                     row[model]["over_peer_hard"] = round(
                         row[model]["examples_per_s"] / peer_rate, 2
                     )

@@ -21,7 +21,8 @@ transformer (4 + 4 layers, d 256, 4 heads, ff 1024) at batch 400; 2 threads.
 Each of ours and the ceiling runs in its own process (so its peak RSS is its own)
 `--repeats` times and reports the median examples/s; the peer and its plain loop run
 `--peer-repeats` times (default 1: one peer measurement takes minutes). A bf16 row is
-skipped on a CPU without bfloat16 (AVX512-BF16 or AMX). Prints one JSON line.
+skipped where this CPU cannot run an LSTM in bfloat16 (`transduce.precision.bf16_works`).
+Prints one JSON line.
 
     python benchmarks/train_throughput.py [--repeats 3] [--rows lstm_b20,lstm_b256,...]
 """
@@ -322,6 +323,8 @@ def main() -> None:
     mode = args.peer or (
         "file" if args.peer_file else "measure" if args.peer_bench and peer_is_set_up() else "none"
     )
+    if args.peer and args.peer_file:
+        raise SystemExit("--peer and --peer-file: give one (a file is read, --peer measures)")
     if mode == "measure" and not (args.peer_bench and peer_is_set_up()):
         raise SystemExit("--peer measure: run `bash ../shared/peer-bench/peer.sh setup` first")
     prepared = args.prepared
@@ -333,7 +336,7 @@ def main() -> None:
     results = {}
     for row in args.rows.split(","):
         if ROWS[row][3] and not bf16_works("cpu"):
-            results[row] = {"skipped": "this CPU cannot run bfloat16 (no AVX512-BF16 or AMX)"}
+            results[row] = {"skipped": "this CPU cannot run an LSTM in bfloat16 (oneDNN)"}
             continue
         runs: dict[str, list[float]] = {"ours": [], "ceiling": [], "peer": [], "plain": []}
         rss: dict[str, list[float]] = {"ours": [], "ceiling": [], "peer": []}

@@ -135,5 +135,9 @@ def test_cosine_schedule_needs_its_end():
         configuration.parse(minimal(train={"schedule": {"type": "cosine"}}), "r.yaml")
     with pytest.raises(ConfigError, match="until: must be at least 2, not 1"):
         configuration.parse(minimal(train={"schedule": {"type": "cosine", "until": 1}}))
+    with pytest.raises(ConfigError, match="must not exceed optimizer.lr"):
+        configuration.parse(
+            minimal(train={"max_updates": 10, "schedule": {"type": "cosine", "min_lr": 0.1}})
+        )
     config = configuration.parse(minimal(train={"max_updates": 10, "schedule": {"type": "cosine"}}))
     assert config.train.schedule.type == "cosine" and config.train.schedule.until is None

@@ -10,7 +10,7 @@ import torch
 
 from transduce import checkpoint
 from transduce import config as configuration
-from transduce.errors import TransduceError
+from transduce.errors import ConfigError, TransduceError
 from transduce.training import Schedule, Trainer
 
 from .toy import DEV_BAR, TEST_BAR, TINY_LSTM, TINY_TRANSFORMER, recipe, write_task
@@ -149,6 +149,15 @@ def test_schedules():
         rates.append(optimizer.param_groups[0]["lr"])
     # 0.1 + 0.9 (1 + cos(pi k / 4)) / 2 for k = 0..4, then min_lr: computed by hand
     assert rates == pytest.approx([1.0, 0.868198, 0.55, 0.231802, 0.1, 0.1, 0.1], abs=1e-6)
+    # resumed with a larger max_updates, it keeps its end: min_lr, not back up the curve
+    longer = Schedule(
+        configuration.ScheduleConfig(type="cosine", min_lr=0.1), optimizer, 1.0, max_updates=10
+    )
+    longer.load_state_dict(cosine.state_dict())
+    longer.before_update(6)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
+    with pytest.raises(ConfigError, match="cosine schedule needs the update it ends at"):
+        Schedule(configuration.ScheduleConfig(type="cosine"), optimizer, 1.0)
 
 
 def test_sequences_longer_than_learned_positions_are_a_config_error(tasks, tmp_path: Path):
@@ -181,3 +190,16 @@ def test_min_count_leaves_rare_symbols_to_unk(tmp_path: Path):
     loaded = trainer.load_data()
     assert "z" not in loaded.source_vocab and "Z" not in loaded.target_vocab
     assert "b" in loaded.source_vocab and "B" in loaded.target_vocab
+
+
+def test_bf16_falls_back_to_float32_where_the_cpu_cannot_run_it(tasks, tmp_path, monkeypatch):
+    """On an AVX2-only CPU oneDNN has no bfloat16 LSTM: the run goes on in float32, says
+    so, and train.json records what was used (simulated here on any CPU)."""
+    from transduce import precision
+
+    monkeypatch.setattr(precision, "bf16_works", lambda device_type: False)
+    used, warning = precision.use_bf16(True, torch.device("cpu"))
+    assert not used and "running in float32" in warning
+    assert precision.use_bf16(False, torch.device("cpu")) == (False, None)
+    report = train(tmp_path / "run", recipe(tasks["copy"], TINY_LSTM, max_updates=2, bf16=True))
+    assert report["bf16"] is False and report["updates"] == 2

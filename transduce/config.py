@@ -241,6 +241,11 @@ class TrainConfig:
                 )
             elif self.max_updates < 2:
                 problems.append("max_updates: the cosine schedule needs at least 2 updates")
+        if self.schedule.type == "cosine" and self.schedule.min_lr > self.optimizer.lr:
+            problems.append(
+                f"schedule.min_lr: the cosine schedule anneals down to it, so it must not "
+                f"exceed optimizer.lr ({self.schedule.min_lr} > {self.optimizer.lr})"
+            )
         return problems
 
 

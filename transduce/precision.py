@@ -36,8 +36,13 @@ def use_bf16(requested: bool, device: torch.device) -> tuple[bool, str | None]:
     if not requested or bf16_works(device.type):
         return requested, None
     return False, (
-        f"bfloat16 was asked for, but this {device.type.upper()} cannot run it (oneDNN has no "
-        "bfloat16 LSTM here, as on AVX2-only CPUs): running in float32"
+        f"bfloat16 was asked for, but this {device.type.upper()} cannot run it"
+        + (
+            " (oneDNN has no bfloat16 LSTM here, as on AVX2-only CPUs)"
+            if device.type == "cpu"
+            else ""
+        )
+        + ": running in float32"
     )
 
 

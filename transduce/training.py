@@ -58,7 +58,12 @@ class Schedule:
         max_updates: int | None = None,
     ):
         self.config, self.optimizer, self.base = config, optimizer, lr
-        self.until = config.until or max_updates  # cosine: checked by TrainConfig.check
+        self.until = config.until or max_updates
+        if config.type == "cosine" and (self.until is None or self.until < 2):
+            raise ConfigError(
+                "train.schedule: the cosine schedule needs the update it ends at "
+                "(schedule.until, or train.max_updates), at least 2"
+            )
         self.lr = lr if config.type != "inverse_sqrt" else 0.0
         self.best: float | None = None
         self.bad = 0
@@ -96,10 +101,15 @@ class Schedule:
         return self.lr < self.config.min_lr
 
     def state_dict(self) -> dict[str, Any]:
-        return {"lr": self.lr, "best": self.best, "bad": self.bad}
+        return {"lr": self.lr, "best": self.best, "bad": self.bad, "until": self.until}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume. A cosine schedule keeps the end it was started with unless the config
+        names one (`schedule.until`): resuming with a larger max_updates goes on at min_lr
+        rather than jumping back up the curve."""
         self.lr, self.best, self.bad = state["lr"], state["best"], state["bad"]
+        if self.config.until is None and state.get("until") is not None:
+            self.until = state["until"]
         self._apply()
 
 

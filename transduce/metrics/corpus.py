@@ -225,7 +225,7 @@ class Corpus:
         self._check_references()
 
     def _check_references(self) -> None:
-        if self._single:  # a string is empty in any unit exactly when it is blank
+        if self._single:  # a blank reference is an error in every unit (one of spaces, too)
             if "" not in set(map(str.strip, self._ref_source)):  # type: ignore[arg-type]
                 return
             empty = [not r.strip() for r in self._ref_source]  # type: ignore[union-attr]
