@@ -82,6 +82,7 @@ def main() -> None:
     import torch
 
     from transduce import checkpoint
+    from transduce.config import DecodeConfig
     from transduce.data.dataset import eval_set, load_prepared
     from transduce.data.prepare import PrepareRequest, prepare
     from transduce.decoding import decode_all
@@ -111,7 +112,7 @@ def main() -> None:
             for _ in range(args.repeats):
                 start = time.perf_counter()
                 with transducer.autocast():
-                    decode_all(transducer.model, ids, "cpu", 256, beam)
+                    decode_all(transducer.model, ids, DecodeConfig(beam=beam), "cpu")
                 times.append(time.perf_counter() - start)
             rate = len(words) / statistics.median(times)
             results[f"{family}_beam{beam}"] = {

@@ -3,7 +3,7 @@
 The `san_tagger` recipes of `recipes/paper/dufter2020/` (UD settings of Table 1b: 4 layers
 of 4 heads, t = 60, batch 32) train on the same UD English-EWT batches in one process,
 alternating update by update (after a warm-up of each), with the trainer's own
-`TaggingTrainer.update`. For each option the median seconds per update and the median of
+`Trainer.update`. For each option the median seconds per update and the median of
 the per-batch ratios to SAN+PE[add] are reported, with the parameter count. fp32, 2
 threads; prints one JSON line.
 

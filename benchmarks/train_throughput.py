@@ -88,23 +88,17 @@ def trainer_setup(data: dict):
     import torch
 
     from transduce import config as configuration
-    from transduce.training import (
-        Schedule,
-        keep_large_blocks_out_of_the_heap,
-        make_optimizer,
-        make_trainer,
-    )
+    from transduce.schedules import Schedule
+    from transduce.training import Trainer
 
-    keep_large_blocks_out_of_the_heap()  # as `Trainer.run` does
-    trainer = make_trainer(configuration.parse(data), Path(tempfile.mkdtemp()))
+    config = configuration.parse(data)
+    config.train.seed = 1
+    trainer = Trainer(config, Path(tempfile.mkdtemp()))
+    loaded, model, optimizer, _, _ = trainer.setup()  # as `Trainer.run` sets up (threads, heap)
     torch.set_num_threads(2)
-    loaded = trainer.data = trainer.load_data()
-    torch.manual_seed(1)
-    model = trainer._model(loaded)
-    optimizer = make_optimizer(model, trainer.config.train.optimizer)
     schedule = Schedule(trainer.config.train.schedule, optimizer, 1e-3)
     model.train()
-    return trainer, loaded, model, optimizer, schedule, trainer._batches(loaded, 0)
+    return trainer, loaded, model, optimizer, schedule, trainer.batches(loaded, 0)
 
 
 def timed_updates(data: dict, updates: int) -> tuple[float, float, int]:

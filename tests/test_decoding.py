@@ -7,6 +7,7 @@ import random
 import pytest
 import torch
 
+from transduce.config import DecodeConfig
 from transduce.data.batching import collate
 from transduce.decoding import beam_search, decode_all, greedy
 from transduce.models import build_model
@@ -74,8 +75,8 @@ def test_output_limits(model):
 
 def test_decode_all_keeps_the_input_order(model):
     data = sources(40)
-    together = decode_all(model, data, batch_size=7)
-    alone = [decode_all(model, [s], batch_size=1)[0] for s in data[:10]]
+    together = decode_all(model, data, DecodeConfig(batch_size=7))
+    alone = [decode_all(model, [s], DecodeConfig(batch_size=1))[0] for s in data[:10]]
     assert [h[0].tokens for h in together[:10]] == [h[0].tokens for h in alone]
 
 

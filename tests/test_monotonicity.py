@@ -15,6 +15,7 @@ from transduce.monotonicity import (
     pairwise_costs,
     select_mechanisms,
 )
+from transduce.schedules import MonotonicityWeight
 from transduce.special import SEP_ID
 from transduce.training import Trainer
 
@@ -136,7 +137,7 @@ def test_weight_schedules():
         data = {"data": {"prepared": "x"}, "model": {"name": "lstm"}}
         data["loss"] = {"monotonicity": {"weight": 0.2, **options}}
         m = configuration.parse(data).loss.monotonicity
-        return [m.weight_at(u) for u in (1, 50, 100, 150)]
+        return [MonotonicityWeight(m).at(u) for u in (1, 50, 100, 150)]
 
     assert weight() == [0.2] * 4
     assert weight(schedule="linear_decay", until=100) == pytest.approx([0.198, 0.1, 0, 0])

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from transduce import config as configuration
-from transduce.training import Schedule, make_optimizer, make_trainer
+from transduce.schedules import Schedule
+from transduce.training import Trainer, make_optimizer
 
 from .conftest import REPO
 
@@ -52,8 +53,8 @@ def test_paper_recipe_trains(shared: Path, tmp_path_factory, recipe: Path):
     key = json.dumps(section, sort_keys=True)
     if key not in PREPARED:
         run = tmp_path_factory.mktemp("prepare")
-        trainer = make_trainer(configuration.parse({**data, "data": section}), run)
-        PREPARED[key] = trainer._prepared_dir()
+        trainer = Trainer(configuration.parse({**data, "data": section}), run)
+        PREPARED[key] = trainer.task.prepared_dir(run)
     data["data"] = {
         "prepared": str(PREPARED[key]),
         **{
@@ -63,12 +64,11 @@ def test_paper_recipe_trains(shared: Path, tmp_path_factory, recipe: Path):
         },
     }
     config = configuration.parse(data)
-    trainer = make_trainer(config, tmp_path_factory.mktemp("run"))
-    prepared = trainer.data = trainer.load_data()
-    model = trainer._model(prepared)
+    trainer = Trainer(config, tmp_path_factory.mktemp("run"))
+    prepared, model, _, _, _ = trainer.setup()
     assert sum(p.numel() for p in model.parameters()) > 100_000
     optimizer = make_optimizer(model, config.train.optimizer)
     schedule = Schedule(config.train.schedule, optimizer, config.train.optimizer.lr)
-    batches = trainer._batches(prepared, 1)
+    batches = trainer.batches(prepared, 1)
     losses = [trainer.update(model, optimizer, schedule, prepared, batches[0], n) for n in (1, 2)]
     assert all(math.isfinite(loss) for loss in losses) and losses[0] != losses[1]

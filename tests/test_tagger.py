@@ -17,7 +17,7 @@ from transduce.metrics.corpus import Corpus
 from transduce.metrics.tagging import Lexicon, TaggingAccuracy
 from transduce.models import build_model
 from transduce.models.tagger import SanTaggerConfig
-from transduce.tagging import char_vocab, encode_chars, tag_batch, tag_sentences, windows
+from transduce.tasks.tagging import char_vocab, encode_chars, tag_batch, tag_sentences, windows
 
 from .toy import toy_threads
 
@@ -319,12 +319,12 @@ def test_resume_and_beam_refusal(run, tmp_path: Path, toy: Path):
 
 def test_vocab_fraction(tmp_path: Path, toy: Path):
     from transduce import config as configuration
-    from transduce.training import make_trainer
+    from transduce.training import Trainer
 
     data = recipe(toy)
     data["data"]["vocab_fraction"] = 0.5
-    trainer = make_trainer(configuration.parse(data), tmp_path / "run")
-    vocab = trainer.load_data().source_vocab
+    trainer = Trainer(configuration.parse(data), tmp_path / "run")
+    vocab = trainer.task.load_data(trainer.task.prepared_dir(trainer.run_dir)).source_vocab
     assert len(vocab) - 5 == 5  # half of the 10 distinct words: the, 5 nouns, 3 verbs, run
     assert "the" in vocab  # the most frequent are kept
 

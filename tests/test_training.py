@@ -11,7 +11,8 @@ import torch
 from transduce import checkpoint
 from transduce import config as configuration
 from transduce.errors import ConfigError, TransduceError
-from transduce.training import Schedule, Trainer
+from transduce.schedules import Schedule
+from transduce.training import Trainer
 
 from .toy import DEV_BAR, TEST_BAR, TINY_LSTM, TINY_TRANSFORMER, recipe, write_task
 
@@ -187,7 +188,7 @@ def test_min_count_leaves_rare_symbols_to_unk(tmp_path: Path):
     data = recipe(tmp_path / "p", TINY_LSTM, max_updates=1)
     data["data"]["min_count"] = 2
     trainer = Trainer(configuration.parse(data), tmp_path / "run")
-    loaded = trainer.load_data()
+    loaded = trainer.task.load_data(trainer.task.prepared_dir(trainer.run_dir))
     assert "z" not in loaded.source_vocab and "Z" not in loaded.target_vocab
     assert "b" in loaded.source_vocab and "B" in loaded.target_vocab
 

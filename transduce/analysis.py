@@ -25,10 +25,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from transduce.config import DecodeConfig
 from transduce.data.batching import collate, plan_batches
 from transduce.decoding import decode_all
 from transduce.inference import Transducer
 from transduce.monotonicity import FLOOR, MonotonicityStats, counted_positions
+from transduce.tasks.seq2seq import seq2seq_model
 
 DELTAS = (0.0, 0.5, 1.0)
 
@@ -72,10 +74,10 @@ def analyze(
     batch_size: int = 64,
 ) -> dict[str, Any]:
     """The report of `analyze-monotonicity` for encoded (source, reference) id pairs."""
-    model, device = transducer.model, transducer.device
+    model, device = seq2seq_model(transducer.model), transducer.device
     sources = [s for s, _ in pairs]
     with transducer.autocast():
-        hyps = decode_all(model, sources, device, batch_size, beam, 0.0, 1, None)
+        hyps = decode_all(model, sources, DecodeConfig(beam=beam, batch_size=batch_size), device)
     outputs = [h[0].tokens for h in hyps]
     correct = [list(o) == list(r) for o, (_, r) in zip(outputs, pairs)]
     read = [r for _, r in pairs] if mode == "forced" else outputs

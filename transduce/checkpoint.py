@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from transduce.errors import CheckpointError
+from transduce.errors import CheckpointError, TransduceError
 from transduce.io import atomic_binary
 
 FORMAT = "transduce.checkpoint/1"
@@ -56,3 +56,26 @@ def load(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a transduce checkpoint (format {FORMAT} expected)")
     payload["path"] = str(path)
     return payload
+
+
+class Checkpointer:
+    """The checkpoints of a run directory: `last.pt` after every validation (to resume),
+    `best.pt` whenever the dev score improved (to decode and test)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    def resume_state(self) -> dict[str, Any]:
+        """The last checkpoint, which must hold a training state."""
+        state = load(self.run_dir / LAST)
+        if "training" not in state:
+            raise TransduceError(f"{state['path']}: has no training state to resume from")
+        return state
+
+    def save(self, payload: dict[str, Any], improved: bool) -> None:
+        save(self.run_dir / LAST, payload)
+        if improved:
+            save(self.run_dir / BEST, payload)
+
+    def load_best(self) -> dict[str, Any]:
+        return load(self.run_dir / BEST)

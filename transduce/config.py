@@ -21,12 +21,15 @@ import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
 
 from transduce import defaults
 from transduce.errors import ConfigError, plural
+from transduce.models.base import ModelConfig
+
+S = TypeVar("S")
 
 # --------------------------------------------------------------------------- sections
 
@@ -97,7 +100,8 @@ class MonotonicityConfig:
     `layers` and `heads` are `all` or lists, 1-based as the paper counts (a model with one
     attention mechanism has layer 1, head 1). The weight schedule: `constant`; `linear_decay`
     (weight * (1 - update / until), 0 from `until` on); `step` (weight until `until`
-    updates, then weight * `factor`): learn monotone behaviour early, relax it later (§6).
+    updates, then weight * `factor`): learn monotone behaviour early, relax it later (§6);
+    `transduce.schedules.MonotonicityWeight` computes it.
     `reverse` biases towards decreasing positions (footnote 2).
     """
 
@@ -111,7 +115,7 @@ class MonotonicityConfig:
     reverse: bool = False
 
     def check(self) -> list[str]:
-        problems = []
+        problems: list[str] = []
         if self.weight < 0 or self.margin < 0:
             problems.append("weight and margin: must be at least 0")
         if self.schedule != "constant" and (self.until is None or self.until < 1):
@@ -121,14 +125,6 @@ class MonotonicityConfig:
             if isinstance(value, list) and (not value or min(value) < 1):
                 problems.append(f"{name}: `all` or a list of numbers from 1, not {value}")
         return problems
-
-    def weight_at(self, update: int) -> float:
-        """The weight for update number `update` (1-based)."""
-        if self.schedule == "linear_decay":
-            return self.weight * max(0.0, 1.0 - update / self.until)  # type: ignore[operator]
-        if self.schedule == "step" and update > self.until:  # type: ignore[operator]
-            return self.weight * self.factor
-        return self.weight
 
 
 @dataclass
@@ -260,7 +256,7 @@ class DecodeConfig:
     def check(self) -> list[str]:
         problems = _at_least(self, 1, "beam", "nbest", "max_output_length", "batch_size")
         if self.nbest > self.beam:
-            problems.append(f"nbest: at most the beam ({self.beam}), not {self.nbest}")
+            problems.append(f"nbest ({self.nbest}) cannot exceed beam ({self.beam})")
         return problems
 
 
@@ -268,7 +264,7 @@ class DecodeConfig:
 class Config:
     data: DataConfig
     model_name: str  # a key of transduce.models.MODELS
-    model: Any  # that model's own dataclass
+    model: ModelConfig  # that model's own dataclass
     loss: LossConfig
     train: TrainConfig
     decode: DecodeConfig
@@ -399,6 +395,19 @@ def build(cls: type, data: Any, where: str, errors: list[str]) -> Any:
             f"{where}.{p}" for p in problems if mentions is None or not mentions.search(p)
         )
     return instance if len(errors) == before else None
+
+
+def from_flags(cls: type[S], values: dict[str, Any]) -> S:
+    """A config section from command-line options (`--beam 4` -> beam=4): checked as a
+    recipe's would be, every problem in one `ConfigError`, each naming its --flag."""
+    errors: list[str] = []
+    instance = build(cls, values, "", errors)
+    if errors or instance is None:
+        names = sorted((f.name for f in dataclasses.fields(cls)), key=len, reverse=True)
+        pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+        flag = lambda m: "--" + m.group(1).replace("_", "-")  # noqa: E731
+        raise ConfigError("; ".join(pattern.sub(flag, e.removeprefix(".")) for e in errors))
+    return instance
 
 
 def _required(f: dataclasses.Field) -> bool:

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from transduce.data.batching import Batch
-from transduce.models.base import Model, select_state
+from transduce.config import DecodeConfig
+from transduce.data.batching import Batch, collate
+from transduce.models.base import Seq2SeqModel, select_state
 from transduce.special import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -32,7 +33,7 @@ class Hypothesis:
     normalized: float  # score / (len(tokens) + 1) ** length_penalty
 
 
-def _limits(model: Model, batch: Batch, max_output_length: int | None) -> Tensor:
+def _limits(model: Seq2SeqModel, batch: Batch, max_output_length: int | None) -> Tensor:
     """Output length limits (symbols before EOS): given, or 2|x| + 10, within the model's."""
     if max_output_length is not None:
         limits = torch.full((len(batch),), max_output_length, dtype=torch.long)
@@ -41,7 +42,7 @@ def _limits(model: Model, batch: Batch, max_output_length: int | None) -> Tensor
     return limits if model.max_length is None else limits.clamp(max=model.max_length - 1)
 
 
-def _step_log_probs(model: Model, state: dict, previous: Tensor) -> tuple[Tensor, dict]:
+def _step_log_probs(model: Seq2SeqModel, state: dict, previous: Tensor) -> tuple[Tensor, dict]:
     step = model.step(state, previous)
     log_probs = step.log_probs.float()  # B x V
     log_probs[:, PAD_ID] = float("-inf")  # never predicted
@@ -54,7 +55,9 @@ def _normalize(score: float, length: int, alpha: float) -> float:
 
 
 @torch.inference_mode()
-def greedy(model: Model, batch: Batch, max_output_length: int | None = None) -> list[Hypothesis]:
+def greedy(
+    model: Seq2SeqModel, batch: Batch, max_output_length: int | None = None
+) -> list[Hypothesis]:
     """The most probable symbol at each step, for every sentence of the batch."""
     size = len(batch)
     limits = _limits(model, batch, max_output_length)
@@ -95,7 +98,7 @@ def greedy(model: Model, batch: Batch, max_output_length: int | None = None) -> 
 
 @torch.inference_mode()
 def beam_search(
-    model: Model,
+    model: Seq2SeqModel,
     batch: Batch,
     beam: int,
     length_penalty: float = 0.0,
@@ -163,32 +166,24 @@ def beam_search(
 
 
 def decode_batch(
-    model: Model,
-    batch: Batch,
-    beam: int = 1,
-    length_penalty: float = 0.0,
-    nbest: int = 1,
-    max_output_length: int | None = None,
+    model: Seq2SeqModel, batch: Batch, options: DecodeConfig
 ) -> list[list[Hypothesis]]:
     """Greedy search for beam 1 (and one hypothesis), beam search otherwise."""
-    if beam == 1 and nbest == 1:
-        return [[h] for h in greedy(model, batch, max_output_length)]
-    return beam_search(model, batch, beam, length_penalty, nbest, max_output_length)
+    o = options
+    if o.beam == 1 and o.nbest == 1:
+        return [[h] for h in greedy(model, batch, o.max_output_length)]
+    return beam_search(model, batch, o.beam, o.length_penalty, o.nbest, o.max_output_length)
 
 
 def decode_all(
-    model: Model,
+    model: Seq2SeqModel,
     sources: list[list[int]],
+    options: DecodeConfig,
     device: torch.device | str = "cpu",
-    batch_size: int = 256,
-    beam: int = 1,
-    length_penalty: float = 0.0,
-    nbest: int = 1,
-    max_output_length: int | None = None,
 ) -> list[list[Hypothesis]]:
-    """Decode id sequences in batches of similar lengths; results in input order."""
-    from transduce.data.batching import collate
-
+    """Decode id sequences in batches of `options.batch_size` similar lengths; results in
+    input order."""
+    batch_size = options.batch_size
     was_training = model.training
     model.eval()
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
@@ -197,9 +192,7 @@ def decode_all(
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             batch = collate([sources[i] for i in chunk]).to(device)
-            for i, hyps in zip(
-                chunk, decode_batch(model, batch, beam, length_penalty, nbest, max_output_length)
-            ):
+            for i, hyps in zip(chunk, decode_batch(model, batch, options)):
                 results[i] = hyps
     finally:
         model.train(was_training)

@@ -16,14 +16,15 @@ from typing import Any
 import torch
 
 from transduce import config as configuration
+from transduce.config import DecodeConfig
 from transduce.data import tokens
 from transduce.data.dataset import model_source, parse_split_line
 from transduce.data.formats import inflection_source, split_tags
 from transduce.data.vocab import Vocab
-from transduce.decoding import Hypothesis, decode_all
-from transduce.errors import CheckpointError, ConfigError, DataError
-from transduce.models import Model, build_model
-from transduce.precision import autocast, use_bf16
+from transduce.errors import CheckpointError, DataError
+from transduce.models import Model
+from transduce.precision import use_bf16
+from transduce.tasks import Task, make_task
 
 
 @dataclass
@@ -31,25 +32,25 @@ class Prediction:
     """The outputs for one input line (empty for an empty line), best first."""
 
     texts: list[str] = field(default_factory=list)
-    scores: list[float] = field(default_factory=list)
+    scores: list[float | None] = field(default_factory=list)  # None: the task ranks none
 
 
 class Transducer:
-    """A model with its vocabularies and data specs.
+    """A model with its task, vocabularies and data specs (`from_checkpoint` makes one).
 
-    Args:
-        bf16: Decode under bfloat16 autocast; None: as the model was trained (`train.bf16`).
-            Where the device cannot run bfloat16, float32, and `precision_warning` says so.
+    `from_checkpoint(payload, device, bf16)`: bf16 decodes under bfloat16 autocast; None:
+    as the model was trained (`train.bf16`). Where the device cannot run bfloat16, float32,
+    and `precision_warning` says so.
     """
 
     def __init__(
-        self, model: Model, payload: dict[str, Any], device: torch.device, bf16: bool | None = None
+        self, model: Model, payload: dict[str, Any], task: Task, precision_warning: str | None
     ) -> None:
-        self.model, self.payload, self.device = model, payload, device
-        requested = payload["config"]["train"].get("bf16", False) if bf16 is None else bf16
-        self.bf16, self.precision_warning = use_bf16(requested, device)
-        self.source_vocab = Vocab(payload["vocab"]["source"])
-        self.target_vocab = Vocab(payload["vocab"]["target"])
+        self.model, self.payload, self.task = model, payload, task
+        self.device, self.bf16, self.precision_warning = task.device, task.bf16, precision_warning
+        self.vocabs = {name: Vocab(symbols) for name, symbols in payload["vocab"].items()}
+        self.source_vocab = self.vocabs["source"]
+        self.target_vocab = self.vocabs["target"]
         self.sides = payload["sides"]
         self._segmenter = self._subword_segmenter()
         self.unknown = 0  # input symbols not in the vocabulary, so far
@@ -58,21 +59,6 @@ class Transducer:
     def from_checkpoint(
         cls, payload: dict[str, Any], device: str = "cpu", bf16: bool | None = None
     ) -> Transducer:
-        try:
-            config = configuration.parse(payload["config"], payload.get("path", "checkpoint"))
-            sizes = {"chars": len(payload["vocab"]["chars"])} if "chars" in payload["vocab"] else {}
-            model = build_model(
-                config.model_name,
-                config.model,
-                len(payload["vocab"]["source"]),
-                len(payload["vocab"]["target"]),
-                **sizes,
-            )
-            model.load_state_dict(payload["model"])
-        except (KeyError, RuntimeError) as error:
-            raise CheckpointError(
-                f"{payload.get('path')}: does not fit this version of transduce ({error})"
-            ) from None
         resolved = torch.device(
             "cuda"
             if device == "auto" and torch.cuda.is_available()
@@ -80,11 +66,22 @@ class Transducer:
             if device == "auto"
             else device
         )
-        return cls(model.to(resolved).eval(), payload, resolved, bf16)
+        try:
+            config = configuration.parse(payload["config"], payload.get("path", "checkpoint"))
+            requested = config.train.bf16 if bf16 is None else bf16
+            used, warning = use_bf16(requested, resolved)
+            task = make_task(config, resolved, used)
+            model = task.build_model(payload["vocab"])
+            model.load_state_dict(payload["model"])
+        except (KeyError, RuntimeError) as error:
+            raise CheckpointError(
+                f"{payload.get('path')}: does not fit this version of transduce ({error})"
+            ) from None
+        return cls(model.to(resolved).eval(), payload, task, warning)
 
     def autocast(self) -> Any:
         """The precision context decoding runs in."""
-        return autocast(self.device, self.bf16)
+        return self.task.autocast()
 
     # --------------------------------------------------------------- tokenizing
 
@@ -141,24 +138,17 @@ class Transducer:
     def transduce(
         self,
         lines: Sequence[str],
+        options: DecodeConfig | None = None,
         path: str = "-",
         input_format: str = "raw",
-        batch_size: int = 256,
-        beam: int = 1,
-        length_penalty: float = 0.0,
-        nbest: int = 1,
-        max_output_length: int | None = None,
     ) -> list[Prediction]:
-        """Decode input lines; an empty (blank) line gives an empty prediction. A tagger
-        gives each line's tags, one per word (its most probable; no beam, one output)."""
-        tagging = self.model.task == "tagging"
-        if tagging and (beam > 1 or nbest > 1):
-            raise ConfigError(
-                "a tagger outputs the most probable tag of each word: --beam and --nbest "
-                "do not apply"
-            )
-        sources: list[list[int]] = []
-        symbol_lists: list[tuple[str, ...]] = []
+        """Predict the outputs of input lines; an empty (blank) line gives an empty
+        prediction. Each line is one input of the task (a tagger: the words of a sentence,
+        its output their tags). `options`: greedy search by default."""
+        options = options or DecodeConfig()
+        self.task.check_decode(options)
+        limit = self.task.input_limit(self.model)
+        sources: list[tuple[str, ...]] = []
         where: list[int] = []
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -166,7 +156,6 @@ class Transducer:
             symbols = self.tokenize(line, number, path, input_format)
             if not symbols:  # e.g. only a features column: nothing to transduce
                 continue
-            limit = None if tagging else self.model.max_length  # a tagger cuts long lines
             if limit is not None and len(symbols) > limit:
                 raise DataError(
                     f"{len(symbols)} input symbols, more than the model takes ({limit})",
@@ -175,42 +164,14 @@ class Transducer:
                     line,
                 )
             self.unknown += self.source_vocab.unknown(symbols)
-            sources.append(self.source_vocab.encode(symbols))
-            symbol_lists.append(symbols)
+            sources.append(symbols)
             where.append(number - 1)
         predictions = [Prediction() for _ in lines]
-        if tagging:
-            for index, tags in zip(where, self._tag(sources, symbol_lists, batch_size)):
-                predictions[index] = Prediction([" ".join(tags)])
-            return predictions
-        with self.autocast():
-            decoded = decode_all(
-                self.model,
-                sources,
-                self.device,
-                batch_size,
-                beam,
-                length_penalty,
-                nbest,
-                max_output_length,
-            )
-        for index, hyps in zip(where, decoded):
-            predictions[index] = self._prediction(hyps)
-        return predictions
-
-    def _tag(
-        self, sources: list[list[int]], symbols: list[tuple[str, ...]], batch_size: int
-    ) -> list[list[str]]:
-        from transduce.tagging import encode_chars, tag_sentences
-
-        chars = Vocab(self.payload["vocab"]["chars"])
-        longest = self.model.config.max_word_length
-        char_ids = [encode_chars(s, chars, longest) for s in symbols]
-        with self.autocast():
-            ids = tag_sentences(self.model, sources, char_ids, self.device, batch_size)
-        return [self.target_vocab.decode(i) for i in ids]
-
-    def _prediction(self, hyps: list[Hypothesis]) -> Prediction:
+        outputs = self.task.predict(self.model, self.vocabs, sources, options)
         side = self.sides["target"]
-        texts = [tokens.detokenize(self.target_vocab.decode(h.tokens), side) for h in hyps]
-        return Prediction(texts, [h.normalized for h in hyps])
+        for index, candidates in zip(where, outputs):
+            predictions[index] = Prediction(
+                [tokens.detokenize(c.symbols, side) for c in candidates],
+                [c.score for c in candidates],
+            )
+        return predictions

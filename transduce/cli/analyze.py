@@ -16,6 +16,7 @@ from transduce.data.dataset import load_prepared, parse_split_line
 from transduce.errors import DataError, TransduceError
 from transduce.inference import Transducer
 from transduce.io import decode_lines, read_bytes
+from transduce.models import Seq2SeqModel
 from transduce.reporting import to_json, write_json
 
 SHADES = " .:-=+*#%@"  # the terminal heatmap, weight 0 .. 1
@@ -106,7 +107,7 @@ def analyze_command(
     transducer = Transducer.from_checkpoint(payload)
     if transducer.precision_warning:
         ui.warn(transducer.precision_warning)
-    if transducer.model.task != "seq2seq":
+    if not isinstance(transducer.model, Seq2SeqModel):
         raise TransduceError(
             f"{payload['path']}: a {transducer.model.name} model tags each word; it has no "
             "cross-attention between an output and its input to analyze"
@@ -172,17 +173,19 @@ def _plot(
     matplotlib."""
     import torch
 
+    from transduce.config import DecodeConfig
     from transduce.data.batching import collate
     from transduce.decoding import decode_all
 
     model = transducer.model
+    assert isinstance(model, Seq2SeqModel)  # checked by the command
     maps = []
     for number in chosen:
         source, reference = pairs[number - 1]
         target = reference
         if not forced:
             with transducer.autocast():
-                target = decode_all(model, [source], transducer.device)[0][0].tokens
+                target = decode_all(model, [source], DecodeConfig(), transducer.device)[0][0].tokens
         batch = collate([source], [target]).to(transducer.device)
         with torch.inference_mode(), transducer.autocast():
             attention = model(batch).attention[0].float().cpu()  # K x T x S

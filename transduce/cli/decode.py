@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from transduce import checkpoint
+from transduce import config as configuration
 from transduce.cli import app, ui
 from transduce.cli.common import Verbosity, choices
 from transduce.inference import Transducer
@@ -65,34 +66,23 @@ def decode_command(
     verbosity: Verbosity = None,
 ) -> None:
     """Transduce input lines with a trained model: one output line per input line."""
-    from transduce.errors import ConfigError
-
-    for name, value in (
-        ("--beam", beam),
-        ("--nbest", nbest),
-        ("--batch-size", batch_size),
-        ("--max-output-length", max_output_length),
-    ):
-        if value is not None and value < 1:
-            raise ConfigError(f"{name} must be at least 1, not {value}")
-    if nbest > beam:
-        raise ConfigError(f"--nbest ({nbest}) cannot exceed --beam ({beam})")
+    options = configuration.from_flags(
+        configuration.DecodeConfig,
+        {
+            "beam": beam,
+            "length_penalty": length_penalty,
+            "nbest": nbest,
+            "max_output_length": max_output_length,
+            "batch_size": batch_size,
+        },
+    )
     payload = checkpoint.load(model)
     transducer = Transducer.from_checkpoint(payload, device.value, bf16)
     if transducer.precision_warning:
         ui.warn(transducer.precision_warning)
     lines = decode_lines(read_bytes(input), display(input))[0]
     start = time.perf_counter()
-    predictions = transducer.transduce(
-        lines,
-        display(input),
-        input_format.value,
-        batch_size,
-        beam,
-        length_penalty,
-        nbest,
-        max_output_length,  # type: ignore[arg-type]
-    )
+    predictions = transducer.transduce(lines, options, display(input), input_format.value)
     seconds = time.perf_counter() - start
     out = sys.stdout
     for number, prediction in enumerate(predictions, 1):
@@ -102,7 +92,7 @@ def decode_command(
             out.write(f"{number}\t\t\n")
         else:
             for text, score in zip(prediction.texts, prediction.scores):
-                out.write(f"{number}\t{text}\t{score:.6f}\n")
+                out.write(f"{number}\t{text}\t{'' if score is None else f'{score:.6f}'}\n")
     out.flush()
     decoded = sum(1 for p in predictions if p.texts)
     if transducer.unknown:
@@ -117,11 +107,7 @@ def decode_command(
                 "input": input,
                 "options": {
                     "input_format": input_format.value,
-                    "beam": beam,
-                    "length_penalty": length_penalty,
-                    "nbest": nbest,
-                    "batch_size": batch_size,
-                    "max_output_length": max_output_length,
+                    **configuration.to_dict(options),
                     "device": str(transducer.device),
                     "bf16": transducer.bf16,
                 },

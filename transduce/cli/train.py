@@ -14,7 +14,7 @@ from transduce.cli import app, ui
 from transduce.cli.common import Verbosity, choices
 from transduce.errors import ConfigError
 from transduce.progress import ConsoleReporter
-from transduce.training import make_trainer
+from transduce.training import Trainer
 
 Device = choices("Device", ("cpu", "cuda", "auto"))
 
@@ -76,7 +76,7 @@ def train_command(
     cfg, _ = configuration.load(source, overrides)
     ui.info(f"run directory: {run_dir}")
     reporter = ConsoleReporter(ui.stderr, quiet=ui.verbosity() < ui.NORMAL)
-    report = make_trainer(cfg, run_dir, resume=resume, reporter=reporter).run()
+    report = Trainer(cfg, run_dir, resume=resume, reporter=reporter).run()
     _summary(report, run_dir)
 
 

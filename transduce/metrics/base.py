@@ -88,6 +88,9 @@ class Metric(ABC):
 
     name: ClassVar[str]
     higher_is_better: ClassVar[bool]
+    # scores each line with the input symbols it came from (`Corpus.sources`): a tagger's
+    # words; a sequence-to-sequence output has no such alignment
+    needs_sources: ClassVar[bool] = False
     definition: ClassVar[str]  # the exact definition, shown in the README and --help
     options: ClassVar[dict[str, Option]] = {}
 

@@ -1,20 +1,28 @@
-"""The model contract: every model of the zoo exposes its cross-attention in one shape.
+"""The model contract, in two layers.
+
+`Model` is every model of the zoo: teacher-forced `forward(batch)` and `loss(batch,
+output)`, which reads the output's `log_probs` (B x T x V) and `target_mask` (B x T).
+`Seq2SeqModel` adds what free decoding, the monotonicity loss and the analyzer need:
 
     forward(batch) -> Seq2SeqOutput       teacher-forced, parallel where possible
-    loss(batch, output) -> {"loss", "nll"} token-level, masked, optionally label-smoothed
     init_state(batch) -> State             encode once
     step(state, previous) -> Step          one decoder step: log-probs B x V, attention B x K x S
 
 `attention` is B x K x T x S in `forward` and B x K x S in `step`, K = the model's
-attention mechanisms (layers x heads, or 1), named by `attention_names`. One decoder,
-one monotonicity loss and one analyzer serve every model through it.
+cross-attention mechanisms (layers x heads, or 1), named by `attention_names`. One decoder,
+one monotonicity loss and one analyzer serve every sequence-to-sequence model through it.
+
+`Tagger` is a `Model` that labels each source token (`tag`); its self-attention is
+`self_attention` / `self_attention_names`. Which kind of work trains a model is its
+`task`, a key of `transduce.tasks.TASKS`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import ClassVar, Protocol, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -22,6 +30,47 @@ from torch import Tensor, nn
 from transduce.data.batching import Batch
 
 State = dict[str, Tensor]  # every tensor batch-first, so that beams can be selected
+
+
+class ModelConfig:
+    """Base of every model's config dataclass: what the rest of the toolkit may ask of
+    any model's options without knowing the family."""
+
+    # the option that bounds sequence lengths (named in length errors), if any
+    length_option: ClassVar[str | None] = None
+
+    @property
+    def shared_vocabulary(self) -> bool:
+        """One vocabulary for source and target (e.g. all embeddings tied)."""
+        return False
+
+    @property
+    def cross_attention_dropout(self) -> float:
+        """Dropout on the cross-attention weights (Rios et al. 2021 warn against it with
+        the monotonicity loss)."""
+        return 0.0
+
+    def check(self) -> list[str]:
+        """Problems with the values (types are checked by the config loader)."""
+        return []
+
+
+class TaggerConfig(ModelConfig):
+    """What the tagging task reads of a tagger's options before the model exists."""
+
+    max_word_length: int  # characters read per word
+    word_vectors: str | None  # a text file of word vectors for the embeddings, if any
+
+    def length_limit(self) -> int | None:
+        """The longest sentence the tagger takes (longer ones are cut); None: any."""
+        return None
+
+
+class Output(Protocol):
+    """What `Model.loss` reads from a forward pass."""
+
+    log_probs: Tensor  # B x T x V
+    target_mask: Tensor  # B x T, True on real tokens
 
 
 @dataclass
@@ -46,24 +95,17 @@ def select_state(state: State, index: Tensor) -> State:
 
 
 class Model(nn.Module, ABC):
-    """Base of the zoo. Subclasses set `name` and `Config` and implement the four methods."""
+    """Base of the zoo. Subclasses set `name`, `Config` and `task` and implement `forward`."""
 
     name: ClassVar[str]
-    Config: ClassVar[type]
-    # "seq2seq" (this contract) or "tagging" (one label per source token:
-    # `transduce.models.tagger`, trained by `transduce.tagging`)
-    task: ClassVar[str] = "seq2seq"
+    Config: ClassVar[type[ModelConfig]]
+    task: ClassVar[str]  # the key of its kind of work in `transduce.tasks.TASKS`
 
-    def __init__(self, config: Any, source_vocab: int, target_vocab: int) -> None:
+    def __init__(self, config: ModelConfig, source_vocab: int, target_vocab: int) -> None:
         super().__init__()
         self.config = config
         self.source_vocab = source_vocab
         self.target_vocab = target_vocab
-
-    @property
-    @abstractmethod
-    def attention_names(self) -> list[str]:
-        """The K attention mechanisms, e.g. ["decoder.1.head.1", ...] or ["attention"]."""
 
     @property
     def max_length(self) -> int | None:
@@ -74,20 +116,10 @@ class Model(nn.Module, ABC):
         return None
 
     @abstractmethod
-    def forward(self, batch: Batch) -> Seq2SeqOutput:
-        """Teacher-forced log-probabilities and cross-attention."""
+    def forward(self, batch: Batch) -> Output:
+        """Teacher-forced log-probabilities of `batch.target_out`."""
 
-    @abstractmethod
-    def init_state(self, batch: Batch) -> State:
-        """Encode the source once; the state every `step` starts from."""
-
-    @abstractmethod
-    def step(self, state: State, previous: Tensor) -> Step:
-        """One decoder step from the previous output ids (B)."""
-
-    def loss(
-        self, batch: Batch, output: Seq2SeqOutput, label_smoothing: float = 0.0
-    ) -> dict[str, Tensor]:
+    def loss(self, batch: Batch, output: Output, label_smoothing: float = 0.0) -> dict[str, Tensor]:
         """Mean over target tokens (EOS included, padding excluded).
 
         Returns:
@@ -106,19 +138,69 @@ class Model(nn.Module, ABC):
         smooth = (uniform * mask).sum() / tokens
         return {"loss": (1 - label_smoothing) * nll + label_smoothing * smooth, "nll": nll}
 
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+class Seq2SeqModel(Model):
+    """A model that writes an output sequence step by step, attending to the source."""
+
+    task = "seq2seq"
+
+    @property
+    @abstractmethod
+    def attention_names(self) -> list[str]:
+        """The K cross-attention mechanisms, e.g. ["decoder.1.head.1", ...] or ["attention"]."""
+
+    @abstractmethod
+    def forward(self, batch: Batch) -> Seq2SeqOutput:
+        """Teacher-forced log-probabilities and cross-attention."""
+
+    @abstractmethod
+    def init_state(self, batch: Batch) -> State:
+        """Encode the source once; the state every `step` starts from."""
+
+    @abstractmethod
+    def step(self, state: State, previous: Tensor) -> Step:
+        """One decoder step from the previous output ids (B)."""
+
     def alignment_posterior(self, batch: Batch) -> Tensor | None:
         """p(a_i = j | y, x) of the reference targets, B x K x T x S, for models whose
         alignment is a latent variable (hard attention); None for the others."""
         return None
 
-    def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+
+class Tagger(Model):
+    """A model that gives each source token one label, all at once (no decoder steps)."""
+
+    task = "tagging"
+
+    config: TaggerConfig
+
+    @abstractmethod
+    def tag(self, batch: Batch) -> Tensor:
+        """The most probable label id of each token: B x S (PAD_ID on padding)."""
+
+    @property
+    @abstractmethod
+    def self_attention_names(self) -> list[str]:
+        """The self-attention mechanisms, in the order of `self_attention`."""
+
+    @abstractmethod
+    def self_attention(self, batch: Batch) -> Tensor:
+        """Every self-attention mechanism's weights: B x K x S x S."""
+
+    @abstractmethod
+    def load_word_vectors(self, path: str | Path, symbols: list[str]) -> int:
+        """Initialize the embeddings of the words `symbols` (the source vocabulary) from
+        a file of word vectors (`TaggerConfig.word_vectors`); returns how many were found."""
 
 
 MODELS: dict[str, type[Model]] = {}
+M = TypeVar("M", bound=Model)
 
 
-def register(cls: type[Model]) -> type[Model]:
+def register(cls: type[M]) -> type[M]:
     """Class decorator: add a model to `MODELS` under its `name`."""
     MODELS[cls.name] = cls
     return cls

@@ -30,7 +30,8 @@ from torch import Tensor, nn
 from transduce.data.batching import Batch
 from transduce.models.attention import Attention, AttentionConfig, LocalAttention
 from transduce.models.base import (
-    Model,
+    ModelConfig,
+    Seq2SeqModel,
     Seq2SeqOutput,
     State,
     Step,
@@ -43,7 +44,7 @@ from transduce.special import PAD_ID
 
 
 @dataclass
-class LSTMConfig:
+class LSTMConfig(ModelConfig):
     embedding_dim: int = 200
     encoder_layers: int = 2
     encoder_size: int = 400  # per direction
@@ -126,7 +127,7 @@ def output_size(c: LSTMConfig, target_vocab: int) -> int:
 
 
 @register
-class LSTMModel(Model):
+class LSTMModel(Seq2SeqModel):
     """Soft attention LSTM (Wu et al. 2018): system ③ without input feeding; with it, system
     U (concatenated, d_s = 3 d_h) or system ① (`feed_merge: linear`, `match_parameters`)."""
 

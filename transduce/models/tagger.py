@@ -16,7 +16,7 @@ The self-attention takes the options of `transduce.models.selfattention` (direct
 interactions in the first layer, learnable temperature, convolved attention). Learned
 position embeddings, direct interactions and conv1d exist for positions 1..t
 (`max_length`); a longer sentence is cut into pieces of at most t words, in training and
-when tagging, as the authors' code does (`transduce.tagging.windows`).
+when tagging, as the authors' code does (`transduce.tasks.tagging.windows`).
 
 What the paper does not give, and this model does: no layer normalisation and no
 feed-forward block (the authors' code has neither); padding is masked in the attention;
@@ -33,13 +33,13 @@ from torch import Tensor, nn
 
 from transduce.data.batching import Batch
 from transduce.errors import DataError
-from transduce.models.base import Model, register
+from transduce.models.base import Tagger, TaggerConfig, register
 from transduce.models.selfattention import AttentionOptions, SelfAttention, head_names
 from transduce.special import PAD_ID, SPECIALS
 
 
 @dataclass
-class SanTaggerConfig(AttentionOptions):
+class SanTaggerConfig(AttentionOptions, TaggerConfig):
     """Defaults: the UD column of Table 1b (PTB: embedding 300, pretrained, not finetuned)."""
 
     embedding_dim: int = 128
@@ -55,6 +55,8 @@ class SanTaggerConfig(AttentionOptions):
     max_length: int = 60  # t: the longest sentence
     word_vectors: str | None = None  # a text file: "word v1 ... vD" per line (word2vec/fastText)
     finetune_embeddings: bool = True
+
+    length_option = "max_length"
 
     def check(self) -> list[str]:
         problems = [
@@ -119,10 +121,9 @@ class TaggingOutput:
 
 
 @register
-class SanTagger(Model):
+class SanTagger(Tagger):
     name = "san_tagger"
     Config = SanTaggerConfig
-    task = "tagging"
 
     def __init__(
         self,
@@ -174,13 +175,13 @@ class SanTagger(Model):
                     nn.init.zeros_(module.bias)
 
     @property
-    def attention_names(self) -> list[str]:
+    def self_attention_names(self) -> list[str]:
         """Self-attention heads ("layer.{l}.head.{h}"); a tagger has no cross-attention."""
         return head_names("layer", self.config.layers, self.config.heads)
 
     @property
     def max_length(self) -> int | None:
-        """t, or None; longer sentences are tagged in pieces (`transduce.tagging.windows`)."""
+        """t, or None; longer sentences are tagged in pieces (`transduce.tasks.tagging.windows`)."""
         return self.config.length_limit()
 
     def represent(self, batch: Batch) -> Tensor:
@@ -200,7 +201,7 @@ class SanTagger(Model):
             x = x + p if self.config.position_mode == "add" else torch.cat([x, p], dim=-1)
         return torch.cat([x, self.char_cnn(batch.chars)], dim=-1)  # B x S x D
 
-    def forward(self, batch: Batch) -> TaggingOutput:  # type: ignore[override]
+    def forward(self, batch: Batch) -> TaggingOutput:
         mask = batch.source_mask
         x0 = self.represent(batch)  # B x S x D
         h = x0
@@ -228,12 +229,6 @@ class SanTagger(Model):
             weights.append(w)
             h = h + layer(h, mask)
         return torch.cat(weights, dim=1)
-
-    def init_state(self, batch: Batch):  # type: ignore[override]
-        raise TypeError("a tagger labels every token at once: it has no decoder steps")
-
-    def step(self, state, previous):  # type: ignore[override]
-        raise TypeError("a tagger labels every token at once: it has no decoder steps")
 
     def load_word_vectors(self, path: str | Path, symbols: list[str]) -> int:
         """Initialise the embeddings of the vocabulary `symbols` from a text file of word

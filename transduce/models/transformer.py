@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from transduce.data.batching import Batch
 from transduce.errors import DataError
-from transduce.models.base import Model, Seq2SeqOutput, State, Step, register
+from transduce.models.base import ModelConfig, Seq2SeqModel, Seq2SeqOutput, State, Step, register
 from transduce.models.layers import Dropout
 from transduce.models.selfattention import (
     AttentionOptions,
@@ -42,7 +42,7 @@ from transduce.special import PAD_ID, SEP_ID
 
 
 @dataclass
-class TransformerConfig(AttentionOptions):
+class TransformerConfig(AttentionOptions, ModelConfig):
     """The options of `AttentionOptions` (Dufter et al. 2020) act on the encoder: how source
     positions enter (`position_mode`; the target's are always added) and its self-attention.
     `max_positions` is their t."""
@@ -68,6 +68,16 @@ class TransformerConfig(AttentionOptions):
     # <sep> keep vanilla positions); sinusoidal positions only
     position_scheme: Literal["vanilla", "separator"] = "vanilla"
     tie_embeddings: Literal["none", "target", "all"] = "target"
+
+    length_option = "max_positions"
+
+    @property
+    def shared_vocabulary(self) -> bool:
+        return self.tie_embeddings == "all"
+
+    @property
+    def cross_attention_dropout(self) -> float:
+        return self.attention_dropout
 
     def check(self) -> list[str]:
         problems = []
@@ -267,7 +277,7 @@ class DecoderLayer(nn.Module):
 
 
 @register
-class TransformerModel(Model):
+class TransformerModel(Seq2SeqModel):
     name = "transformer"
     Config = TransformerConfig
 

@@ -1,0 +1,35 @@
+"""Kinds of work: `TASKS` maps the `task` name a model declares to its `Task` class.
+
+task = make_task(config, device, bf16)    # the task of config.model_name's model
+"""
+
+from __future__ import annotations
+
+import torch
+
+from transduce import config as configuration
+from transduce.errors import ConfigError
+from transduce.models import MODELS
+from transduce.registry import lookup
+from transduce.tasks.base import Candidate, Task, TaskData
+from transduce.tasks.seq2seq import Seq2SeqTask
+from transduce.tasks.tagging import TaggingTask
+
+TASKS: dict[str, type[Task]] = {task.name: task for task in (Seq2SeqTask, TaggingTask)}
+
+
+def task_class(config: configuration.Config) -> type[Task]:
+    """The task that trains the configured model."""
+    return lookup(TASKS, MODELS[config.model_name].task, "task")
+
+
+def make_task(config: configuration.Config, device: torch.device, bf16: bool = False) -> Task:
+    """The task of the configured model, after checking the config suits it."""
+    cls = task_class(config)
+    problems = cls.check(config)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return cls(config, device, bf16)
+
+
+__all__ = ["TASKS", "Candidate", "Task", "TaskData", "make_task", "task_class"]

@@ -1,0 +1,235 @@
+"""Sequence-to-sequence transduction: G2P, inflection, transliteration, normalization.
+
+Training minimizes the token-level NLL, plus the monotonicity loss of Rios et al. (2021)
+(eq. 4: NLL + lambda * L_mono over the selected cross-attention mechanisms) when its
+weight is positive. Dev evaluation decodes every distinct dev source once (greedy by
+default, `decode` options otherwise) and scores it with the metric module against all of
+its references, as `transduce score` would score the printed text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from transduce import config as configuration
+from transduce.data import tokens
+from transduce.data.batching import collate, plan_batches
+from transduce.data.dataset import EvalSet, build_vocabs, eval_set
+from transduce.data.vocab import Vocab
+from transduce.decoding import decode_all
+from transduce.errors import ConfigError
+from transduce.metrics import METRICS, get_metric
+from transduce.metrics.corpus import Corpus
+from transduce.models import MODELS, Model, Seq2SeqModel
+from transduce.monotonicity import MonotonicityStats, monotonicity_loss, select_mechanisms
+from transduce.schedules import MonotonicityWeight
+from transduce.tasks.base import Candidate, Task, TaskData, encode_pairs
+
+EVAL_METRICS = ("acc", "wer", "per", "lev")
+
+
+def seq2seq_model(model: Model) -> Seq2SeqModel:
+    """`model`, known to be sequence-to-sequence (the task's models all are)."""
+    if not isinstance(model, Seq2SeqModel):
+        raise ConfigError(f"model {model.name} is not a sequence-to-sequence model")
+    return model
+
+
+class Seq2SeqTask(Task[TaskData]):
+    """Transduce a source sequence into a target sequence (`Seq2SeqModel`s)."""
+
+    name = "seq2seq"
+
+    def __init__(self, config: configuration.Config, device: torch.device, bf16: bool) -> None:
+        super().__init__(config, device, bf16)
+        self.weight = MonotonicityWeight(config.loss.monotonicity)
+        self.mechanisms: list[int] = []  # the monotonicity loss's, set by `build_model`
+
+    @classmethod
+    def check(cls, config: configuration.Config) -> list[str]:
+        if METRICS[config.train.select_on].needs_sources:
+            return [
+                f"train.select_on: {config.train.select_on} scores taggers; choose another metric"
+            ]
+        return []
+
+    @property
+    def metrics(self) -> list[str]:
+        return list(dict.fromkeys([self.config.train.select_on, *EVAL_METRICS]))
+
+    # ----------------------------------------------------------------- data
+
+    def load_data(self, directory: Path, vocabs: dict[str, list[str]] | None = None) -> TaskData:
+        c = self.config
+        splits = self.read_splits(directory)
+        if vocabs is None:
+            shared = c.model.shared_vocabulary
+            source, target = build_vocabs(
+                splits.train, shared, c.data.min_count, c.data.vocab_fraction
+            )
+        else:
+            source, target = Vocab(vocabs["source"]), Vocab(vocabs["target"])
+        test = splits.test
+        return TaskData(
+            splits.prepared,
+            {"source": source, "target": target},
+            encode_pairs(splits.train, source, target),
+            encode_pairs(splits.dev, source, target),
+            eval_set(splits.dev),
+            eval_set(test) if test and all(p.target is not None for p in test) else None,
+            splits.skipped_long,
+        )
+
+    # ---------------------------------------------------------------- model
+
+    def build_model(self, vocabs: dict[str, list[str]]) -> Model:
+        c = self.config
+        try:
+            model = MODELS[c.model_name](c.model, len(vocabs["source"]), len(vocabs["target"]))
+        except ValueError as error:
+            raise ConfigError(f"model: {error}") from None
+        m = c.loss.monotonicity
+        names = seq2seq_model(model).attention_names
+        self.mechanisms = select_mechanisms(names, m.layers, m.heads)
+        return model
+
+    def check_model(self, model: Model, data: TaskData) -> None:
+        """A sequence the model cannot take: say so before training."""
+        limit = model.max_length
+        if limit is None:
+            return
+        longest = {
+            "train": max(max(len(s), len(g) + 1) for s, g in data.train),  # + BOS
+            "dev": max(len(s) for s, _ in data.dev),
+            "test": max(map(len, data.test_eval.sources)) if data.test_eval else 0,
+        }
+        for split, length in longest.items():
+            if length > limit:
+                hint = (
+                    "leave long training examples out with data.max_source_length "
+                    "and data.max_target_length"
+                    if split == "train"
+                    else f"shorten the {split} split"
+                )
+                raise ConfigError(
+                    f"model: the {split} split has a sequence of {length} positions, more "
+                    f"than the model takes ({limit}): raise "
+                    f"model.{self.config.model.length_option}, or {hint}"
+                )
+
+    def warnings(self) -> list[str]:
+        c = self.config
+        if c.loss.monotonicity.weight > 0 and c.model.cross_attention_dropout > 0:
+            return [
+                "loss.monotonicity.weight > 0 with model.attention_dropout > 0: "
+                "Rios et al. (2021) found this combination reaches a degenerate optimum"
+            ]
+        return []
+
+    # -------------------------------------------------------------- training
+
+    def lengths(self, data: TaskData) -> list[tuple[int, int]]:
+        return [(len(s), len(g)) for s, g in data.train]
+
+    def training_loss(
+        self, model: Model, data: TaskData, indices: list[int], update: int
+    ) -> torch.Tensor:
+        batch = collate(
+            [data.train[i][0] for i in indices], [data.train[i][1] for i in indices]
+        ).to(self.device)
+        m = self.config.loss.monotonicity
+        weight = self.weight.at(update)
+        with self.autocast():
+            output = seq2seq_model(model)(batch)
+            losses = model.loss(batch, output, self.config.loss.label_smoothing)
+            if weight > 0:  # Rios et al. (2021): NLL + lambda * L_mono, eq. (4)
+                mono = monotonicity_loss(
+                    output.attention.float(),
+                    batch.source,
+                    batch.source_mask,
+                    batch.target_mask,
+                    m.margin,
+                    self.mechanisms,
+                    m.reverse,
+                )
+                losses["loss"] = losses["loss"] + weight * mono
+        return losses["loss"]
+
+    def dev_loss(self, model: Model, data: TaskData) -> tuple[float, dict[str, Any]]:
+        """Teacher-forced negative log-likelihood per target token, and the monotonicity
+        (L_mono and %mono at the configured margin) of the selected attention mechanisms."""
+        s2s = seq2seq_model(model)
+        pairs = data.dev
+        model.eval()
+        total, count = 0.0, 0
+        m = self.config.loss.monotonicity
+        names = [s2s.attention_names[k] for k in self.mechanisms]
+        stats = MonotonicityStats(names, m.margin, m.reverse)
+        lengths = [(len(s), len(t)) for s, t in pairs]
+        with torch.inference_mode(), self.autocast():
+            for chunk in plan_batches(lengths, self.config.train.dev_batch_size, bucketing=True):
+                batch = collate([pairs[i][0] for i in chunk], [pairs[i][1] for i in chunk]).to(
+                    self.device
+                )
+                tokens_ = int(batch.target_mask.sum())
+                output = s2s(batch)
+                total += float(model.loss(batch, output)["nll"]) * tokens_
+                count += tokens_
+                stats.add(
+                    output.attention[:, self.mechanisms],
+                    batch.source,
+                    batch.source_mask,
+                    batch.target_mask,
+                )
+        model.train()
+        return total / max(count, 1), stats.summary()
+
+    def evaluate(
+        self, model: Model, data: TaskData, evalset: EvalSet
+    ) -> tuple[dict[str, float], list[list[str]]]:
+        """Decode the distinct sources and score them: (scores, output symbols)."""
+        options = dataclasses.replace(
+            self.config.decode, nbest=1, batch_size=self.config.train.dev_batch_size
+        )
+        outputs = [c[0].symbols for c in self.predict(model, data.vocabs, evalset.sources, options)]
+        scores = score_outputs(
+            outputs, evalset.references, data.prepared.sides["target"], self.metrics
+        )
+        return scores, outputs
+
+    # ------------------------------------------------------------- predicting
+
+    def predict(
+        self,
+        model: Model,
+        vocabs: dict[str, Vocab],
+        sources: Sequence[Sequence[str]],
+        options: configuration.DecodeConfig,
+    ) -> list[list[Candidate]]:
+        ids = [vocabs["source"].encode(s) for s in sources]
+        with self.autocast():
+            decoded = decode_all(seq2seq_model(model), ids, options, self.device)
+        target = vocabs["target"]
+        return [
+            [Candidate(target.decode(h.tokens), h.normalized) for h in hyps] for hyps in decoded
+        ]
+
+
+def score_outputs(
+    outputs: Sequence[Sequence[str]],
+    references: Sequence[Sequence[Sequence[str]]],
+    side: dict[str, Any],
+    metrics: Sequence[str],
+) -> dict[str, float]:
+    """Score output symbols against reference symbols as `transduce score` would score the
+    printed text: both turned into the target's own text, then cut by its unit."""
+    hyps = [tokens.detokenize(o, side) for o in outputs]
+    refs = [[tokens.detokenize(r, side) for r in alts] for alts in references]
+    unit = tokens.CHAR if side.get("unit") == tokens.CHAR else tokens.SYMBOL
+    corpus = Corpus(hyps, refs, unit)
+    return {name: get_metric(name, unit=unit).score(corpus).value for name in metrics}
