@@ -11,7 +11,8 @@ from rich.table import Table
 
 from transduce import checkpoint
 from transduce.analysis import DELTAS, analyze
-from transduce.cli import app, ui
+from transduce.cli import ui
+from transduce.cli.app import app
 from transduce.data.dataset import load_prepared, parse_split_line
 from transduce.errors import DataError, TransduceError
 from transduce.inference import Transducer

@@ -10,7 +10,8 @@ import typer
 
 from transduce import checkpoint
 from transduce import config as configuration
-from transduce.cli import app, ui
+from transduce.cli import ui
+from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
 from transduce.inference import Transducer
 from transduce.io import decode_lines, display, read_bytes

@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 
 from transduce import defaults
-from transduce.cli import app, ui
+from transduce.cli import ui
+from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
 from transduce.data.formats import FORMATS, Parallel
 from transduce.data.prepare import SPLITS, PrepareRequest, prepare

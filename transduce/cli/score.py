@@ -11,7 +11,8 @@ import typer
 from rich.table import Table
 
 from transduce import defaults
-from transduce.cli import app, ui
+from transduce.cli import ui
+from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
 from transduce.errors import ConfigError
 from transduce.io import atomic_write_text

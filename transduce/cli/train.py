@@ -10,7 +10,8 @@ from rich.table import Table
 
 from transduce import checkpoint
 from transduce import config as configuration
-from transduce.cli import app, ui
+from transduce.cli import ui
+from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
 from transduce.errors import ConfigError
 from transduce.progress import ConsoleReporter

@@ -1,0 +1,124 @@
+"""The shape of the package: no import cycles, decoding without the trainer, contracts kept.
+
+The import graph is read from the source (every `import` statement, module-level and
+inside functions alike), so a cycle hidden behind a function-local import fails too.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+from transduce.models import MODELS, Seq2SeqModel, Tagger
+from transduce.tasks import TASKS
+
+PACKAGE = Path(__file__).parent.parent / "transduce"
+
+
+def modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports (`from a import b` counts as a.b when b is
+    a module, else as a)."""
+    known = modules()
+
+    def resolve(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        edges: set[str | None] = set()
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                edges.update(resolve(a.name) for a in node.names if a.name.startswith("transduce"))
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parent + ([base] if base else []))
+                if base.startswith("transduce"):
+                    for alias in node.names:
+                        full = f"{base}.{alias.name}"
+                        edges.add(full if full in known else resolve(base))
+        graph[name] = {e for e in edges if e is not None and e != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for w in graph[todo.pop()] - seen:
+            seen.add(w)
+            todo.append(w)
+    return seen
+
+
+def test_the_checker_finds_a_cycle_hidden_in_a_function():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert reachable(graph, "d") == {"a", "b", "c"}
+
+
+def test_the_package_has_no_import_cycle():
+    graph = import_graph()
+    assert "transduce.tasks.seq2seq" in graph and "transduce.cli.app" in graph
+    assert cycles(graph) == []
+
+
+@pytest.mark.parametrize("module", ["transduce.inference", "transduce.cli.decode"])
+def test_decoding_does_not_import_the_trainer(module):
+    assert "transduce.training" not in reachable(import_graph(), module)
+
+
+def test_every_model_fulfils_one_contract_and_has_a_task():
+    for name, cls in MODELS.items():
+        assert not inspect.isabstract(cls), f"{name} leaves part of its contract unwritten"
+        assert issubclass(cls, Seq2SeqModel) != issubclass(cls, Tagger), name
+        assert cls.task in TASKS, name
+    for name in ("init_state", "step"):  # the tagger has no decoder steps, nor says it has
+        assert not hasattr(MODELS["san_tagger"], name)
