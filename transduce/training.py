@@ -184,42 +184,60 @@ class Trainer:
         self.reporter.start(total, progress.update)
         limits = Limits(t, schedule, time.perf_counter() - progress.elapsed)
         model.train()
-        batches, planned = [], -1
+        epochs: dict[int, list[list[int]]] = {}  # the batches of the current epoch
         progress.stop = limits.reached(progress)
-        while progress.stop is None:
-            if planned != progress.epoch:
-                batches, planned = self.batches(data, progress.epoch), progress.epoch
-            tick = time.perf_counter()
-            progress.update += 1
-            loss = self.update(
-                model, optimizer, schedule, data, batches[progress.batch], progress.update
-            )
-            progress.batch += 1
-            progress.loss_sum += loss
-            progress.loss_updates += 1
-            progress.examples += len(batches[progress.batch - 1])
-            progress.train_seconds += time.perf_counter() - tick
-            self.reporter.update(
-                progress.update,
-                progress.epoch + 1,
-                progress.loss_sum / progress.loss_updates,
-                progress.examples / max(progress.train_seconds, 1e-9),
-            )
-            epoch = progress.epoch + progress.batch / len(batches)
-            at_epoch_end = progress.batch == len(batches)
-            if at_epoch_end:
-                progress.epoch, progress.batch = progress.epoch + 1, 0
-            every = t.validate_every
-            due = at_epoch_end if every is None else progress.update % every == 0
-            progress.stop = limits.reached(progress)
-            if due or progress.stop is not None:
+        while True:
+            due, epoch = False, float(progress.epoch)
+            if progress.stop is None:
+                if progress.epoch not in epochs:
+                    epochs = {progress.epoch: self.batches(data, progress.epoch)}
+                due, epoch = self.train_step(
+                    model, optimizer, schedule, data, epochs[progress.epoch], progress
+                )
+                progress.stop = limits.reached(progress)
+            # validate when due, and at the end unless this very state was validated (a
+            # resumed run that met its limits at once was, when its last.pt was written)
+            if due or (progress.stop is not None and progress.last_validation != progress.update):
                 self.validate(model, optimizer, schedule, data, progress, epoch, limits)
                 progress.stop = progress.stop or limits.reached(progress)
-        if progress.last_validation != progress.update:  # stopped between validations
-            self.validate(model, optimizer, schedule, data, progress, float(progress.epoch), limits)
+            if progress.stop is not None:
+                break
         self.reporter.stop()
         self.reporter.message(f"stopped: {progress.stop}")
         return self.finish(model, data, progress, time.perf_counter() - start_time)
+
+    def train_step(
+        self,
+        model: Model,
+        optimizer: torch.optim.Optimizer,
+        schedule: Schedule,
+        data: TaskData,
+        batches: list[list[int]],
+        progress: Progress,
+    ) -> tuple[bool, float]:
+        """The next update of the epoch whose `batches` these are, counted in `progress`:
+        (whether a validation is due after it, the epoch reached as a fraction)."""
+        tick = time.perf_counter()
+        indices = batches[progress.batch]
+        progress.update += 1
+        loss = self.update(model, optimizer, schedule, data, indices, progress.update)
+        progress.batch += 1
+        progress.loss_sum += loss
+        progress.loss_updates += 1
+        progress.examples += len(indices)
+        progress.train_seconds += time.perf_counter() - tick
+        self.reporter.update(
+            progress.update,
+            progress.epoch + 1,
+            progress.loss_sum / progress.loss_updates,
+            progress.examples / max(progress.train_seconds, 1e-9),
+        )
+        epoch = progress.epoch + progress.batch / len(batches)
+        at_epoch_end = progress.batch == len(batches)
+        if at_epoch_end:
+            progress.epoch, progress.batch = progress.epoch + 1, 0
+        every = self.config.train.validate_every
+        return (at_epoch_end if every is None else progress.update % every == 0), epoch
 
     def update(
         self,
