@@ -8,7 +8,7 @@ import pytest
 
 from transduce.data.prepare import PrepareRequest, prepare
 from transduce.errors import ConfigError, DataError
-from transduce.metrics.scoring import ScoreRequest, per_item_rows, score_request
+from transduce.scoring import ScoreRequest, per_item_rows, score_request
 
 
 def write(path: Path, text: str) -> str:

@@ -18,8 +18,8 @@ from transduce.io import atomic_write_text
 from transduce.metrics import METRICS
 from transduce.metrics.bleu import Bleu
 from transduce.metrics.corpus import UNITS
-from transduce.metrics.scoring import ScoreRequest, check_outputs, per_item_rows, score_request
 from transduce.reporting import to_json, write_json
+from transduce.scoring import ScoreRequest, check_outputs, per_item_rows, score_request
 
 MetricName = choices("MetricName", METRICS)
 Unit = choices("Unit", UNITS)

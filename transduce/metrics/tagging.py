@@ -139,32 +139,3 @@ class TaggingAccuracy(Metric):
         if self.lexicon is not None:
             parts.append(f"train:{self.lexicon.name}")
         return "|".join([*parts, f"version:transduce-{__version__}"])
-
-
-def read_tagged(
-    path: str, encoding: str = "utf-8", tag: str = "upos"
-) -> list[tuple[list[str], list[str]]]:
-    """(words, tags) of each sentence of a CoNLL-U file (`.conllu`; `tag`: upos or xpos) or
-    of a TSV `words<TAB>tags` (space-separated, as a prepared split of `prepare conllu`).
-
-    Raises:
-        DataError: a malformed line, or a line with unequal numbers of words and tags.
-    """
-    from transduce.data.formats import Conllu, InputFile, Problems, ReadContext
-    from transduce.io import decode_lines, display, read_bytes
-
-    if str(path).endswith(".conllu"):
-        context = ReadContext("score", encoding, Problems(), True)
-        examples = Conllu(tag=tag).read([InputFile.read(path)], context)
-        return [(list(e.source), list(e.target or ())) for e in examples]
-    lines, _ = decode_lines(read_bytes(path), display(path), encoding)
-    sentences = []
-    for number, line in enumerate(lines, 1):
-        fields = line.split("\t")
-        if len(fields) < 2:
-            raise DataError("expected words<TAB>tags", display(path), number, line)
-        words, tags = fields[0].split(), fields[1].split()
-        if len(words) != len(tags):
-            raise DataError(f"{len(words)} words but {len(tags)} tags", display(path), number, line)
-        sentences.append((words, tags))
-    return sentences

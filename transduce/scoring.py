@@ -1,9 +1,10 @@
 """Scoring files: what `transduce score` does, as a library call.
 
 Reads a hypothesis file and one or more reference files (either may be "-", standard
-input), takes a column of a TSV where asked, splits alternatives inside a line, scores
-every requested metric on one shared `Corpus`, and builds the JSON report and the
-per-line statistics.
+input), takes a column of a TSV where asked, splits alternatives inside a line, reads a
+CoNLL-U reference (`.conllu`) as its tag sequences with their words, scores every
+requested metric on one shared `Corpus`, and builds the JSON report and the per-line
+statistics. The metrics themselves (`transduce.metrics`) read no files.
 
 A reference column of a prepared split (`test.tsv` with a `manifest.json` beside it that
 lists the file with the same SHA-256) is turned back into the target's own text, the way
@@ -29,7 +30,7 @@ from transduce.metrics.base import Metric, Score, check_bootstrap
 from transduce.metrics.bleu import Bleu
 from transduce.metrics.corpus import Corpus
 from transduce.metrics.edit import MeanFScore
-from transduce.metrics.tagging import SUBSETS, Lexicon, TaggingAccuracy, read_tagged
+from transduce.metrics.tagging import SUBSETS, Lexicon, TaggingAccuracy
 from transduce.reporting import versions
 
 REPORT_SCHEMA = "transduce.score/1"
@@ -434,3 +435,31 @@ def per_item_rows(loaded: Loaded, metrics: Sequence[Metric]) -> list[list[str]]:
             header.append("sentence_bleu")
             columns.append([f"{s.score:.4f}" for s in metric.sentences(corpus)])
     return [header, *map(list, zip(*columns))]
+
+
+def read_tagged(
+    path: str, encoding: str = "utf-8", tag: str = "upos"
+) -> list[tuple[list[str], list[str]]]:
+    """(words, tags) of each sentence of a CoNLL-U file (`.conllu`; `tag`: upos or xpos) or
+    of a TSV `words<TAB>tags` (space-separated, as a prepared split of `prepare conllu`).
+
+    Raises:
+        DataError: a malformed line, or a line with unequal numbers of words and tags.
+    """
+    from transduce.data.formats import Conllu, InputFile, Problems, ReadContext  # CoNLL-U only
+
+    if str(path).endswith(".conllu"):
+        context = ReadContext("score", encoding, Problems(), True)
+        examples = Conllu(tag=tag).read([InputFile.read(path)], context)
+        return [(list(e.source), list(e.target or ())) for e in examples]
+    lines, _ = decode_lines(read_bytes(path), display(path), encoding)
+    sentences = []
+    for number, line in enumerate(lines, 1):
+        fields = line.split("\t")
+        if len(fields) < 2:
+            raise DataError("expected words<TAB>tags", display(path), number, line)
+        words, tags = fields[0].split(), fields[1].split()
+        if len(words) != len(tags):
+            raise DataError(f"{len(words)} words but {len(tags)} tags", display(path), number, line)
+        sentences.append((words, tags))
+    return sentences
