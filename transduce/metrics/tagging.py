@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from transduce import __version__
 from transduce.errors import ConfigError, DataError
-from transduce.metrics.base import Metric, Option
+from transduce.metrics.base import DataFile, FileContent, Metric, Option
 from transduce.metrics.corpus import Corpus
 
 SUBSETS = ("all", "oov", "ambiguous")
@@ -90,7 +90,11 @@ def token_stats(
 
 
 class TaggingAccuracy(Metric):
+    """Tagging accuracy; given the training data (`score --train`), over OOV and ambiguous
+    tokens too, each subset a score of its own (`tagacc_oov`, `tagacc_ambiguous`)."""
+
     name = "tagacc"
+    title = "tagging accuracy"
     higher_is_better = True
     definition = (
         "100 x correct tags / tokens, over all tokens (subset all), over tokens whose word is "
@@ -98,8 +102,17 @@ class TaggingAccuracy(Metric):
         "(Dufter et al. 2020 §2.6); 0 when the subset has no token"
     )
     options: ClassVar[dict[str, Option]] = {
-        "subset": Option("all", SUBSETS, "all, oov or ambiguous tokens"),
+        "subset": Option("all", SUBSETS, "all, oov or ambiguous tokens", cli=False),
     }
+    data_files: ClassVar[dict[str, DataFile]] = {
+        "train": DataFile(
+            "the training data (CoNLL-U, or words<TAB>tags), to score OOV and ambiguous words too",
+            reads="tagged",
+            needs_sources="tagacc over OOV and ambiguous words needs the words: give a "
+            "CoNLL-U reference, or a TSV words<TAB>tags with --ref-col 2",
+        ),
+    }
+    uses_unit = False  # tags are whole symbols
 
     def __init__(self, unit: str = "auto", lexicon: Lexicon | None = None, **options: Any):
         super().__init__("symbol" if unit == "auto" else unit, **options)
@@ -116,6 +129,16 @@ class TaggingAccuracy(Metric):
     def label(self) -> str:
         subset = self.values["subset"]
         return self.name if subset == "all" else f"{self.name}_{subset}"
+
+    @classmethod
+    def create(
+        cls, unit: str, options: dict[str, Any], files: dict[str, FileContent]
+    ) -> list[Metric]:
+        """All tokens; with the training data, OOV and ambiguous tokens too."""
+        train = files.get("train")
+        lexicon = None if train is None else Lexicon.build(train.content, train.name)
+        subsets = SUBSETS if lexicon is not None else ("all",)
+        return [cls(unit, lexicon, **{**options, "subset": s}) for s in subsets]
 
     def item_stats(self, corpus: Corpus) -> list[list[float]]:
         subset = self.values["subset"]
