@@ -58,7 +58,7 @@ def time_command(hyp: Path, ref: Path) -> tuple[float, dict]:
 
 
 def time_library(hyp: Path, ref: Path) -> float:
-    from transduce.metrics.scoring import ScoreRequest, score_request
+    from transduce.scoring import ScoreRequest, score_request
 
     start = time.perf_counter()
     score_request(ScoreRequest(str(hyp), [str(ref)], list(METRICS)))

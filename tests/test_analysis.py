@@ -1,15 +1,17 @@
-"""`analyze-monotonicity`: crossing alignments by hand, and the command on a tiny model."""
+"""`analyze-monotonicity`: crossing alignments by hand, the command on a tiny model, and
+the heatmaps that the library computes for it."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from transduce.analysis import crosses
+from transduce.analysis import attention_maps, crosses, load_model, read_pairs, write_plots
 
 from .toy import TINY_LSTM, recipe, write_task
 
@@ -106,3 +108,21 @@ def test_bad_input_is_one_line_and_exit_2(run, trained, tmp_path: Path):
     unlabelled.write_text("a b\t\n", encoding="utf-8")
     result = run("analyze-monotonicity", trained, unlabelled)
     assert result.exit_code == 2 and "without a reference" in result.output
+
+
+def test_the_library_runs_the_model_for_the_heatmaps(trained, tmp_path: Path, monkeypatch):
+    run_dir, prepared = trained
+    transducer = load_model(str(run_dir))
+    pairs = read_pairs(transducer, prepared, "test")
+    names = transducer.model.attention_names
+    for forced in (True, False):
+        maps = attention_maps(transducer, pairs, [2, 1], forced)
+        assert [m.line for m in maps] == [2, 1]
+        for item, (source, reference) in zip(maps, [pairs[1], pairs[0]]):
+            assert item.rows[-1] == "</s>" and len(item.columns) == len(source)
+            if forced:
+                assert len(item.rows) == len(reference) + 1
+            assert item.attention.shape == (len(names), len(item.rows), len(source))  # K x T x S
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    assert not write_plots(maps, names, tmp_path / "plots", run_dir)
+    assert not (tmp_path / "plots").exists()

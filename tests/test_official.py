@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from transduce.metrics.scoring import ScoreRequest, score_request
+from transduce.scoring import ScoreRequest, score_request
 
 from . import official
 from .conftest import shared_data

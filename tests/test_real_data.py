@@ -17,7 +17,7 @@ import pytest
 import sacrebleu
 
 from transduce.data.prepare import PrepareRequest, prepare
-from transduce.metrics.scoring import ScoreRequest, score_request
+from transduce.scoring import ScoreRequest, score_request
 
 from .conftest import shared_data
 from .reference import scores as reference_scores

@@ -1,14 +1,25 @@
-"""Scoring files: columns, alternatives, several reference files, prepared splits."""
+"""Scoring files: columns, alternatives, several reference files, prepared splits; the
+flags and data files that the metrics declare."""
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+import typer
 
+from transduce.cli import app
 from transduce.data.prepare import PrepareRequest, prepare
 from transduce.errors import ConfigError, DataError
-from transduce.metrics.scoring import ScoreRequest, per_item_rows, score_request
+from transduce.metrics import METRICS, Metric, Option
+from transduce.metrics.base import DataFile
+from transduce.scoring import ScoreRequest, flag_values, metric_flags, per_item_rows, score_request
+
+from .conftest import transduce_env
 
 
 def write(path: Path, text: str) -> str:
@@ -181,3 +192,79 @@ def test_tab_as_reference_separator_is_not_a_misread(tmp_path: Path):
     assert value(report, "acc") == 100.0 and not report["warnings"]
     report, _, _ = score_request(ScoreRequest(hyp, [ref], ["acc"]))
     assert "did you mean --ref-col N?" in report["warnings"][0]
+
+
+# ------------------------------------------------- what a metric declares drives `score`
+
+
+class Known(Metric):
+    """% of hypothesis symbols that a lexicon file knows: a metric that only these tests
+    register, to show that an option and a data file need nothing but their declaration."""
+
+    name = "known"
+    title = "known symbols"
+    higher_is_better = True
+    definition = "scale * known symbols / symbols"
+    options: ClassVar[dict[str, Option]] = {"scale": Option(100, (1, 100), "1 or 100", int)}
+    data_files: ClassVar[dict[str, DataFile]] = {
+        "lexicon": DataFile("words<TAB>tags whose words are known", reads="tagged")
+    }
+
+    def __init__(self, unit: str = "auto", words: frozenset[str] = frozenset(), **options):
+        super().__init__(unit, **options)
+        self.words = words
+
+    @classmethod
+    def create(cls, unit, options, files):
+        lexicon = files.get("lexicon")
+        words = frozenset(w for ws, _ in lexicon.content for w in ws) if lexicon else frozenset()
+        return [cls(unit, words, **options)]
+
+    def item_stats(self, corpus):
+        known = [float(sum(s in self.words for s in hyp)) for hyp in corpus.hyps]
+        return [known, [float(len(hyp)) for hyp in corpus.hyps]]
+
+    def aggregate(self, sums, n):
+        return self.values["scale"] * sums[0] / sums[1]
+
+
+def test_score_flags_are_the_declared_options_and_files():
+    flags = {flag.flag: flag for flag in metric_flags()}
+    assert {"--train", "--per-average", "--mfs-lcs", "--bleu-option"} <= set(flags)
+    assert "--per-ties" not in flags and "--tagacc-subset" not in flags  # cli=False
+    assert flags["--train"].file and flags["--bleu-option"].pairs
+    assert flags["--mfs-lcs"].option is METRICS["mfs"].options["lcs"]
+    command = typer.main.get_command(app).commands["score"]
+    offered = {name for param in command.params for name in param.opts}
+    assert set(flags) <= offered
+
+
+def test_a_declared_option_and_file_need_no_other_code(tmp_path: Path, monkeypatch):
+    monkeypatch.setitem(METRICS, "known", Known)
+    hyp = write(tmp_path / "hyp", "a b\nc d\n")
+    lexicon = write(tmp_path / "lexicon.tsv", "a c\tX Y\n")
+    options, files = flag_values(["known"], {"known_scale": "1", "lexicon": lexicon})
+    assert options == {"known": {"scale": 1}} and files == {"lexicon": lexicon}
+    request = ScoreRequest(hyp, [hyp], ["known"], metric_options=options, data_files=files)
+    report, _, _ = score_request(request)
+    assert value(report, "known") == 0.5
+    assert report["options"]["lexicon"] == lexicon and report["options"]["train"] is None
+    with pytest.raises(ConfigError, match="--known-scale applies to --metric known"):
+        flag_values(["wer"], {"known_scale": "1"})
+    with pytest.raises(ConfigError, match="--lexicon applies to --metric known, which is not"):
+        score_request(ScoreRequest(hyp, [hyp], ["wer"], data_files=files))
+    with pytest.raises(ConfigError, match="--nope: no metric reads such a file"):
+        score_request(ScoreRequest(hyp, [hyp], ["wer"], data_files={"nope": lexicon}))
+
+
+def test_metrics_read_no_files():
+    code = (
+        "import sys, transduce.metrics; "
+        "print(sorted(m for m in sys.modules if m.startswith('transduce.')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=transduce_env()
+    )
+    loaded = set(ast.literal_eval(result.stdout))
+    assert loaded, result.stderr
+    assert not loaded & {"transduce.io", "transduce.scoring", "transduce.data.formats"}

@@ -123,7 +123,7 @@ def test_oov_and_ambiguous_counts_by_hand():
 
 def test_score_cli_tagacc(run, tmp_path: Path, toy: Path):
     hyps = tmp_path / "hyp.txt"
-    from transduce.metrics.tagging import read_tagged
+    from transduce.scoring import read_tagged
 
     sentences = read_tagged(str(toy / "test.conllu"))
     lines = [" ".join(tags) for _, tags in sentences]

@@ -14,25 +14,80 @@ edges with weight above `threshold` cross, i.e. output steps i < i' attend posit
 j > j'. Only the counted source positions (right of a `<sep>`) take part, and the weights
 are renormalized over them first, as in the loss. Outputs are counted as monotonic or not,
 split by whether the decoded output equals the reference.
+
+Plots (`--plot`): the attention of chosen lines, one heatmap per mechanism, and the dev
+%mono of a run over its training (its `train.json`), as PNGs through matplotlib.
+
+Everything here runs the model or reads and writes files; `transduce.cli.analyze` only
+parses the command line and prints.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from transduce import checkpoint
 from transduce.config import DecodeConfig
 from transduce.data.batching import collate, plan_batches
+from transduce.data.dataset import load_prepared, parse_split_line
 from transduce.decoding import decode_all
+from transduce.errors import DataError, TransduceError
 from transduce.inference import Transducer
+from transduce.io import decode_lines, read_bytes
+from transduce.models import Seq2SeqModel
 from transduce.monotonicity import FLOOR, MonotonicityStats, counted_positions
 from transduce.tasks.seq2seq import seq2seq_model
 
 DELTAS = (0.0, 0.5, 1.0)
+Pair = tuple[list[int], list[int]]  # the source ids and reference ids of a line
+
+
+def load_model(path: str) -> Transducer:
+    """The model of a run directory (its best.pt) or a checkpoint file, to analyze.
+
+    Raises:
+        CheckpointError: not a checkpoint of this version.
+        TransduceError: a model without cross-attention (a tagger).
+    """
+    payload = checkpoint.load(path)
+    transducer = Transducer.from_checkpoint(payload)
+    if not isinstance(transducer.model, Seq2SeqModel):
+        raise TransduceError(
+            f"{payload['path']}: a {transducer.model.name} model tags each word; it has no "
+            "cross-attention between an output and its input to analyze"
+        )
+    return transducer
+
+
+def read_pairs(transducer: Transducer, data: Path, split: str = "test") -> list[Pair]:
+    """(source, reference) ids of a prepared split file, or of a prepared directory's split.
+
+    Raises:
+        DataError: a line without a reference, or no lines.
+    """
+    if data.is_dir():
+        pairs = load_prepared(data).splits[split]
+        where = data / f"{split}.tsv"
+    else:
+        lines, _ = decode_lines(read_bytes(data), data)
+        pairs = [parse_split_line(line, str(data), n) for n, line in enumerate(lines, 1)]
+        where = data
+    for number, pair in enumerate(pairs, 1):
+        if pair.target is None:
+            raise DataError("a line without a reference (source<TAB>target)", where, number)
+    if not pairs:
+        raise DataError("no lines to analyze", where)
+    return [
+        (transducer.source_vocab.encode(p.source), transducer.target_vocab.encode(p.target))
+        for p in pairs
+    ]
 
 
 def crosses(attention: Tensor, positions: Tensor, threshold: float) -> Tensor:
@@ -67,7 +122,7 @@ class Crossings:
 
 def analyze(
     transducer: Transducer,
-    pairs: Sequence[tuple[list[int], list[int]]],
+    pairs: Sequence[Pair],
     mode: str = "forced",
     threshold: float = 0.1,
     beam: int = 1,
@@ -109,3 +164,90 @@ def analyze(
         "crossing_threshold": threshold,
         "crossings": {name: vars(c) for name, c in zip(names, crossings)},
     }
+
+
+@dataclass
+class AttentionMap:
+    """The attention of one line, for a heatmap.
+
+    Attributes:
+        line: The line's number in the data (1-based).
+        attention: K x T x S, float32 on the CPU.
+        columns: The S source symbols.
+        rows: The T output symbols, the last one `</s>`.
+    """
+
+    line: int
+    attention: Tensor
+    columns: list[str]
+    rows: list[str]
+
+
+def attention_maps(
+    transducer: Transducer, pairs: Sequence[Pair], lines: Sequence[int], forced: bool = True
+) -> list[AttentionMap]:
+    """The attention of the chosen `lines` (1-based) while the model reads the reference
+    (`forced`) or its own greedy output."""
+    model = seq2seq_model(transducer.model)
+    maps = []
+    for number in lines:
+        source, reference = pairs[number - 1]
+        target = reference
+        if not forced:
+            with transducer.autocast():
+                target = decode_all(model, [source], DecodeConfig(), transducer.device)[0][0].tokens
+        batch = collate([source], [target]).to(transducer.device)
+        with torch.inference_mode(), transducer.autocast():
+            attention = model(batch).attention[0].float().cpu()  # K x T x S
+        rows = [*transducer.target_vocab.decode(target), "</s>"]
+        maps.append(AttentionMap(number, attention, transducer.source_vocab.decode(source), rows))
+    return maps
+
+
+def write_plots(
+    maps: Sequence[AttentionMap], names: Sequence[str], directory: Path, run_dir: Path
+) -> bool:
+    """Write `line{N}.png` for each map (a panel per mechanism) and, when `run_dir` has a
+    `train.json` with dev monotonicity, `monotonicity.png` (dev %mono per update).
+
+    Returns:
+        False, writing nothing, when matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    directory.mkdir(parents=True, exist_ok=True)
+    for item in maps:
+        K = item.attention.shape[0]
+        figure, axes = plt.subplots(1, K, figsize=(3 * K + 1, 3), squeeze=False)
+        for k, axis in enumerate(axes[0]):
+            axis.imshow(item.attention[k].numpy(), cmap="Greys", vmin=0, vmax=1, aspect="auto")
+            axis.set_title(names[k], fontsize=8)
+            axis.set_xticks(range(len(item.columns)), item.columns, fontsize=7)
+            axis.set_yticks(range(len(item.rows)), item.rows, fontsize=7)
+        figure.tight_layout()
+        figure.savefig(directory / f"line{item.line}.png", dpi=120)
+        plt.close(figure)
+    history = run_dir / "train.json"
+    if history.is_file():
+        entries = json.loads(history.read_text(encoding="utf-8")).get("history", [])
+        points = [(e["update"], e["dev_monotonicity"]) for e in entries if "dev_monotonicity" in e]
+        if points:
+            figure, axis = plt.subplots(figsize=(5, 3))
+            for name in points[0][1]["mechanisms"]:
+                axis.plot(
+                    [u for u, _ in points],
+                    [m["mechanisms"][name]["mono"] for _, m in points],
+                    label=name,
+                )
+            axis.set_xlabel("update")
+            axis.set_ylabel(f"dev %mono (δ={points[0][1]['delta']:g})")
+            axis.legend(fontsize=6)
+            figure.tight_layout()
+            figure.savefig(directory / "monotonicity.png", dpi=120)
+            plt.close(figure)
+    return True

@@ -1,46 +1,32 @@
-"""`transduce analyze-monotonicity RUN_DIR|CHECKPOINT DATA`: how monotone the attention is."""
+"""`transduce analyze-monotonicity RUN_DIR|CHECKPOINT DATA`: how monotone the attention is.
+
+The model runs in `transduce.analysis`; this module parses the command line and prints the
+tables and, without matplotlib, the heatmaps.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from transduce import checkpoint
-from transduce.analysis import DELTAS, analyze
+from transduce.analysis import (
+    DELTAS,
+    AttentionMap,
+    analyze,
+    attention_maps,
+    load_model,
+    read_pairs,
+    write_plots,
+)
 from transduce.cli import ui
 from transduce.cli.app import app
-from transduce.data.dataset import load_prepared, parse_split_line
-from transduce.errors import DataError, TransduceError
-from transduce.inference import Transducer
-from transduce.io import decode_lines, read_bytes
-from transduce.models import Seq2SeqModel
+from transduce.errors import TransduceError
 from transduce.reporting import to_json, write_json
 
 SHADES = " .:-=+*#%@"  # the terminal heatmap, weight 0 .. 1
-
-
-def _pairs(transducer: Transducer, data: Path, split: str) -> list[tuple[list[int], list[int]]]:
-    """(source, reference) ids of a prepared split file, or of a prepared directory's split."""
-    if data.is_dir():
-        pairs = load_prepared(data).splits[split]
-        where = data / f"{split}.tsv"
-    else:
-        lines, _ = decode_lines(read_bytes(data), data)
-        pairs = [parse_split_line(line, str(data), n) for n, line in enumerate(lines, 1)]
-        where = data
-    for number, pair in enumerate(pairs, 1):
-        if pair.target is None:
-            raise DataError("a line without a reference (source<TAB>target)", where, number)
-    if not pairs:
-        raise DataError("no lines to analyze", where)
-    return [
-        (transducer.source_vocab.encode(p.source), transducer.target_vocab.encode(p.target))
-        for p in pairs
-    ]
 
 
 def _lines(text: str | None, count: int) -> list[int]:
@@ -104,21 +90,16 @@ def analyze_command(
         raise TransduceError(f"--threshold: must be in [0, 1), not {threshold}")
     if beam < 1 or batch_size < 1:
         raise TransduceError("--beam and --batch-size: must be at least 1")
-    payload = checkpoint.load(model)
-    transducer = Transducer.from_checkpoint(payload)
+    transducer = load_model(model)
     if transducer.precision_warning:
         ui.warn(transducer.precision_warning)
-    if not isinstance(transducer.model, Seq2SeqModel):
-        raise TransduceError(
-            f"{payload['path']}: a {transducer.model.name} model tags each word; it has no "
-            "cross-attention between an output and its input to analyze"
-        )
-    pairs = _pairs(transducer, data, split)
+    pairs = read_pairs(transducer, data, split)
     chosen = _lines(lines, len(pairs)) if plot is not None else []
     result = analyze(
         transducer, pairs, "forced" if forced else "decoded", threshold, beam, batch_size
     )
-    result["model"], result["data"] = payload["path"], str(data)
+    path = transducer.payload["path"]
+    result["model"], result["data"] = path, str(data)
     if report is not None:
         write_json(report, result)
     if json_:
@@ -126,7 +107,17 @@ def analyze_command(
     else:
         _tables(result)
     if plot is not None:
-        _plot(transducer, pairs, chosen, forced, plot, Path(payload["path"]).parent)
+        maps = attention_maps(transducer, pairs, chosen, forced)
+        names = transducer.model.attention_names
+        if write_plots(maps, names, plot, Path(path).parent):
+            ui.info(f"plots: {plot}")
+            return
+        ui.warn(
+            "--plot: PNGs need matplotlib (pip install 'transduce[plot]' or pip install "
+            "matplotlib); terminal heatmaps instead"
+        )
+        for item in maps:
+            _terminal(item, names)
 
 
 def _tables(result: dict[str, Any]) -> None:
@@ -162,89 +153,15 @@ def _tables(result: dict[str, Any]) -> None:
     ui.stderr.print(crossing)
 
 
-def _plot(
-    transducer: Transducer,
-    pairs: list[tuple[list[int], list[int]]],
-    chosen: list[int],
-    forced: bool,
-    directory: Path,
-    run_dir: Path,
-) -> None:
-    """Heatmaps of the chosen lines and the curve of train.json; terminal heatmaps without
-    matplotlib."""
-    import torch
-
-    from transduce.config import DecodeConfig
-    from transduce.data.batching import collate
-    from transduce.decoding import decode_all
-
-    model = transducer.model
-    assert isinstance(model, Seq2SeqModel)  # checked by the command
-    maps = []
-    for number in chosen:
-        source, reference = pairs[number - 1]
-        target = reference
-        if not forced:
-            with transducer.autocast():
-                target = decode_all(model, [source], DecodeConfig(), transducer.device)[0][0].tokens
-        batch = collate([source], [target]).to(transducer.device)
-        with torch.inference_mode(), transducer.autocast():
-            attention = model(batch).attention[0].float().cpu()  # K x T x S
-        rows = [*transducer.target_vocab.decode(target), "</s>"]
-        maps.append((number, attention, transducer.source_vocab.decode(source), rows))
-    history = run_dir / "train.json"
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        ui.warn(
-            "--plot: PNGs need matplotlib (pip install 'transduce[plot]' or pip install "
-            "matplotlib); terminal heatmaps instead"
-        )
-        for number, attention, columns, rows in maps:
-            _terminal(number, attention, model.attention_names, columns, rows)
-        return
-    directory.mkdir(parents=True, exist_ok=True)
-    for number, attention, columns, rows in maps:
-        K = attention.shape[0]
-        figure, axes = plt.subplots(1, K, figsize=(3 * K + 1, 3), squeeze=False)
-        for k, axis in enumerate(axes[0]):
-            axis.imshow(attention[k].numpy(), cmap="Greys", vmin=0, vmax=1, aspect="auto")
-            axis.set_title(model.attention_names[k], fontsize=8)
-            axis.set_xticks(range(len(columns)), columns, fontsize=7)
-            axis.set_yticks(range(len(rows)), rows, fontsize=7)
-        figure.tight_layout()
-        figure.savefig(directory / f"line{number}.png", dpi=120)
-        plt.close(figure)
-    if history.is_file():
-        entries = json.loads(history.read_text(encoding="utf-8")).get("history", [])
-        points = [(e["update"], e["dev_monotonicity"]) for e in entries if "dev_monotonicity" in e]
-        if points:
-            figure, axis = plt.subplots(figsize=(5, 3))
-            for name in points[0][1]["mechanisms"]:
-                axis.plot(
-                    [u for u, _ in points],
-                    [m["mechanisms"][name]["mono"] for _, m in points],
-                    label=name,
-                )
-            axis.set_xlabel("update")
-            axis.set_ylabel(f"dev %mono (δ={points[0][1]['delta']:g})")
-            axis.legend(fontsize=6)
-            figure.tight_layout()
-            figure.savefig(directory / "monotonicity.png", dpi=120)
-            plt.close(figure)
-    ui.info(f"plots: {directory}")
-
-
-def _terminal(number: int, attention, names: list[str], columns: list[str], rows: list[str]):
-    width = max(len(r) for r in rows)
+def _terminal(item: AttentionMap, names: list[str]) -> None:
+    """A heatmap per mechanism on stderr: a character per weight, darker when heavier."""
+    width = max(len(r) for r in item.rows)
     for k, name in enumerate(names):
-        ui.stderr.print(f"line {number}, {name}", highlight=False, markup=False)
-        ui.stderr.print(" " * (width + 1) + " ".join(c[:1] for c in columns), markup=False)
-        for t, row in enumerate(rows):
+        ui.stderr.print(f"line {item.line}, {name}", highlight=False, markup=False)
+        ui.stderr.print(" " * (width + 1) + " ".join(c[:1] for c in item.columns), markup=False)
+        for t, row in enumerate(item.rows):
             shades = " ".join(
-                SHADES[min(int(w * len(SHADES)), len(SHADES) - 1)] for w in attention[k, t].tolist()
+                SHADES[min(int(w * len(SHADES)), len(SHADES) - 1)]
+                for w in item.attention[k, t].tolist()
             )
             ui.stderr.print(f"{row:>{width}} {shades}", highlight=False, markup=False)

@@ -1,9 +1,14 @@
-"""`transduce score HYP REF [REF ...] --metric NAME`: score predictions against references."""
+"""`transduce score HYP REF [REF ...] --metric NAME`: score predictions against references.
+
+The metric options and data files (`--per-average`, `--mfs-lcs`, `--bleu-option`,
+`--train`, ...) are not written here: each is a flag of `transduce.scoring.metric_flags`,
+made from what the metrics declare, and added to the command's parameters.
+"""
 
 from __future__ import annotations
 
+import inspect
 import time
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,23 +19,23 @@ from transduce import defaults
 from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
-from transduce.errors import ConfigError
 from transduce.io import atomic_write_text
 from transduce.metrics import METRICS
-from transduce.metrics.bleu import Bleu
 from transduce.metrics.corpus import UNITS
-from transduce.metrics.scoring import ScoreRequest, check_outputs, per_item_rows, score_request
 from transduce.reporting import to_json, write_json
+from transduce.scoring import (
+    MetricFlag,
+    ScoreRequest,
+    check_outputs,
+    flag_values,
+    metric_flags,
+    per_item_rows,
+    score_request,
+)
 
 MetricName = choices("MetricName", METRICS)
 Unit = choices("Unit", UNITS)
-PerAverage = choices("PerAverage", ("corpus", "word"))
-MfsLcs = choices("MfsLcs", ("levenshtein", "exact"))
-DEFAULT_UNIT, DEFAULT_AVERAGE, DEFAULT_LCS = (
-    Unit("auto"),
-    PerAverage("corpus"),
-    MfsLcs("levenshtein"),
-)
+DEFAULT_UNIT = Unit("auto")
 
 _IN, _OUT, _OPTS = "Input", "Output", "Metric options"
 
@@ -39,7 +44,6 @@ def _option(help: str, panel: str, **kwargs: Any) -> Any:
     return typer.Option(help=help, rich_help_panel=panel, case_sensitive=False, **kwargs)
 
 
-@app.command(name="score")
 def score_command(
     hyp: Annotated[
         str, typer.Argument(help="Hypotheses, one per line ('-': stdin).", show_default=False)
@@ -94,35 +98,8 @@ def score_command(
     source_col: Annotated[
         int, _option("The source column for --merge-variants (and the words for --train).", _IN)
     ] = 1,
-    train: Annotated[
-        str | None,
-        _option(
-            "tagacc: the training data (CoNLL-U, or words<TAB>tags), to score OOV and "
-            "ambiguous words too.",
-            _OPTS,
-            show_default=False,
-        ),
-    ] = None,
     encoding: Annotated[str, _option("Encoding of the input files.", _IN)] = defaults.ENCODING,
-    per_average: Annotated[
-        PerAverage, _option("per: corpus (sum ED / sum |r|) or word (mean of ED / |r|).", _OPTS)
-    ] = DEFAULT_AVERAGE,
-    mfs_lcs: Annotated[
-        MfsLcs,
-        _option(
-            "mfs: levenshtein (LCS = (|c|+|r|-ED)/2, Rios et al. A.1) "
-            "or exact (true LCS, the NEWS script).",
-            _OPTS,
-        ),
-    ] = DEFAULT_LCS,
-    bleu_option: Annotated[
-        list[str] | None,
-        _option(
-            "A sacrebleu BLEU option KEY=VALUE, e.g. tokenize=none; repeatable.",
-            _OPTS,
-            show_default=False,
-        ),
-    ] = None,
+    # here the flags of the metrics' declarations: see _with_metric_flags
     json_: Annotated[
         bool, typer.Option("--json", help="Print the JSON report on stdout.", rich_help_panel=_OUT)
     ] = False,
@@ -139,13 +116,14 @@ def score_command(
     ] = 0,
     seed: Annotated[int, _option("Seed of the bootstrap.", _OUT)] = defaults.BOOTSTRAP_SEED,
     verbosity: Verbosity = None,
+    **flags: Any,
 ) -> None:
     """Score hypotheses against references: a table on stderr, JSON on request."""
     names = [m.value for m in metric] if metric else list(defaults.METRICS)
-    options = _metric_options(names, per_average, mfs_lcs, bleu_option)
+    options, files = flag_values(names, {k: getattr(v, "value", v) for k, v in flags.items()})
     request = ScoreRequest(
         hyp, list(refs), names, unit.value, hyp_col, ref_col, ref_sep, options, bootstrap, seed,
-        encoding, merge_variants, source_col, train,
+        encoding, merge_variants, source_col, files,
     )  # fmt: skip
     check_outputs(request, [report, per_item])
     start = time.perf_counter()
@@ -165,38 +143,38 @@ def score_command(
     _table(result)
 
 
-def _metric_options(
-    names: list[str], per_average: Enum, mfs_lcs: Enum, bleu_option: list[str] | None
-) -> dict[str, dict[str, Any]]:
-    """The options of the requested metrics; an option of a metric not requested is an error."""
-    options: dict[str, dict[str, Any]] = {}
-    for flag, name, key, value, default in (
-        ("--per-average", "per", "average", per_average, DEFAULT_AVERAGE),
-        ("--mfs-lcs", "mfs", "lcs", mfs_lcs, DEFAULT_LCS),
-    ):
-        if name in names:
-            options[name] = {key: value.value}
-        elif value != default:
-            raise ConfigError(f"{flag} applies to --metric {name}, which is not requested")
-    if bleu_option:
-        if "bleu" not in names:
-            raise ConfigError("--bleu-option applies to --metric bleu, which is not requested")
-        options["bleu"] = parse_bleu_options(bleu_option)
-    return options
+def _parameter(flag: MetricFlag) -> inspect.Parameter:
+    """The command's parameter for a flag of the metrics' declarations."""
+    default: Any = None
+    if flag.file:
+        annotation: Any = Annotated[str | None, _option(flag.help, _OPTS, show_default=False)]
+    elif flag.pairs:
+        annotation = Annotated[list[str] | None, _option(flag.help, _OPTS, show_default=False)]
+    else:
+        assert flag.option is not None
+        kind: Any = flag.option.kind
+        default = flag.option.default
+        if flag.option.choices is not None:  # an Enum, so that Typer checks and completes
+            kind = choices(flag.name.title().replace("_", ""), map(str, flag.option.choices))
+            default = kind(str(default))
+        annotation = Annotated[kind, _option(flag.help, _OPTS)]
+    return inspect.Parameter(flag.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=annotation)  # fmt: skip
 
 
-def parse_bleu_options(pairs: list[str]) -> dict[str, Any]:
-    """`["tokenize=none", "lowercase=true"]` -> {"tokenize": "none", "lowercase": True}."""
-    parsed: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or key not in Bleu.options:
-            raise ConfigError(
-                f"--bleu-option {pair!r}: expected KEY=VALUE, KEY one of {', '.join(Bleu.options)}"
-            )
-        parsed[key] = Bleu.options[key].parse(f"--bleu-option {key}", text.strip())
-    return parsed
+def _with_metric_flags(command: Any) -> Any:
+    """`command` with a parameter for each flag of `metric_flags` (its `**flags`), after
+    --encoding, as Typer reads parameters: from the signature."""
+    signature = inspect.signature(command, eval_str=True)
+    static = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
+    at = [p.name for p in static].index("encoding") + 1
+    static = [p.replace(kind=p.KEYWORD_ONLY) for p in static]  # Typer passes keywords only
+    generated = [_parameter(flag) for flag in metric_flags()]
+    command.__signature__ = signature.replace(parameters=[*static[:at], *generated, *static[at:]])
+    return command
+
+
+app.command(name="score")(_with_metric_flags(score_command))
 
 
 def _table(result: dict[str, Any]) -> None:

@@ -4,8 +4,9 @@
     get_metric("per", unit="symbol").corpus_score(["K AE T"], [["K AE T", "K AA T"]]).value
 
 Each score carries a signature (metric, options, number of references, unit, version).
-The exact definitions are in `transduce.metrics.edit`, `transduce.metrics.bleu` and the
-README.
+The exact definitions are in `transduce.metrics.edit`, `transduce.metrics.bleu`,
+`transduce.metrics.tagging` and the README. Metrics score lines already in memory
+(a `Corpus`); reading files is the `score` command's (`transduce.scoring`).
 """
 
 from __future__ import annotations

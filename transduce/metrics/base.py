@@ -59,13 +59,17 @@ class Score:
 class Option:
     """One option of a metric: default, valid values (if restricted), help, value type.
 
-    `kind` is the type a text value (from the command line) is converted to.
+    `kind` is the type a text value (from the command line) is converted to. `score` offers
+    each option as a flag `--METRIC-OPTION` (or through `--METRIC-option KEY=VALUE`, see
+    `Metric.option_pairs`), unless `cli` is False: an option with one possible value, or
+    one the metric sets itself (`tagacc`'s subset).
     """
 
     default: Any
     choices: tuple[Any, ...] | None = None
     help: str = ""
     kind: type = str
+    cli: bool = True
 
     def parse(self, name: str, text: str) -> Any:
         """Convert a command-line value: "true" -> True for bool, "4" -> 4 for int, ..."""
@@ -79,20 +83,56 @@ class Option:
             raise ConfigError(f"{name}: expected a {self.kind.__name__}, not {text!r}") from None
 
 
+@dataclass(frozen=True)
+class DataFile:
+    """A file a metric reads besides the hypotheses and references: `score --NAME PATH`.
+
+    The metric module reads no file: `transduce.scoring` reads it as `reads` says and hands
+    the content to `Metric.create`. A name is one flag whatever the metrics that declare it.
+
+    Attributes:
+        help: What the file is, for --help.
+        reads: What the file holds: "tagged", the (words, tags) of each sentence of a
+            CoNLL-U file (`.conllu`) or of a TSV `words<TAB>tags`.
+        needs_sources: Given this file, the metric needs the sources of every line
+            (`Corpus.sources`); the text is the error when the references cannot give them.
+    """
+
+    help: str
+    reads: str
+    needs_sources: str | None = None
+
+
+@dataclass(frozen=True)
+class FileContent:
+    """A `DataFile` as read: its name (for signatures and messages) and its content."""
+
+    name: str
+    content: Any
+
+
 class Metric(ABC):
     """A corpus-level metric built from per-line statistics.
 
-    Subclasses set `name`, `higher_is_better`, `definition` and `options`, and implement
-    `item_stats` and `aggregate`.
+    Subclasses set `name`, `title`, `higher_is_better`, `definition` and `options`, and
+    implement `item_stats` and `aggregate`. What else a metric needs or gives, it declares
+    (`data_files`, `uses_unit`, `create`, `item_columns`), so that the code around it never
+    tests a metric's name.
     """
 
     name: ClassVar[str]
+    title: ClassVar[str]  # the metric in words, for messages: "tagging accuracy"
     higher_is_better: ClassVar[bool]
     # scores each line with the input symbols it came from (`Corpus.sources`): a tagger's
     # words; a sequence-to-sequence output has no such alignment
     needs_sources: ClassVar[bool] = False
     definition: ClassVar[str]  # the exact definition, shown in the README and --help
     options: ClassVar[dict[str, Option]] = {}
+    # True: `score` takes the options as `--NAME-option KEY=VALUE` (many options, passed
+    # through to a library, as BLEU's to sacrebleu) rather than as a flag each
+    option_pairs: ClassVar[bool] = False
+    data_files: ClassVar[dict[str, DataFile]] = {}  # files it reads besides hyps and refs
+    uses_unit: ClassVar[bool] = True  # False: it cuts lines its own way (BLEU, whole tags)
 
     def __init__(self, unit: str = "auto", **options: Any) -> None:
         if unit not in UNITS:
@@ -118,6 +158,23 @@ class Metric(ABC):
     def label(self) -> str:
         """The score's name in tables and reports (a metric with a subset option adds it)."""
         return self.name
+
+    @classmethod
+    def create(
+        cls, unit: str, options: dict[str, Any], files: dict[str, FileContent]
+    ) -> list[Metric]:
+        """The metric objects that `score --metric NAME` reports: one, by default.
+
+        Args:
+            unit: The unit of the corpus.
+            options: The metric's options.
+            files: The declared `data_files` that were given, read.
+        """
+        return [cls(unit, **options)]
+
+    def item_columns(self, corpus: Corpus) -> list[tuple[str, list[str]]]:
+        """The metric's own columns of `score --per-item` (header, one cell per line)."""
+        return []
 
     @abstractmethod
     def item_stats(self, corpus: Corpus) -> list[list[float]]:

@@ -36,11 +36,14 @@ def _bleu_options() -> dict[str, Option]:
 
 class Bleu(Metric):
     name = "bleu"
+    title = "BLEU"
     higher_is_better = True
     definition = (
         "sacrebleu corpus BLEU on the lines as text (13a tokenizer by default), multi-reference"
     )
     options: ClassVar[dict[str, Option]] = _bleu_options()
+    option_pairs = True  # --bleu-option KEY=VALUE, as sacrebleu names them
+    uses_unit = False  # sacrebleu tokenizes
 
     def _metric(self, **override: Any) -> BLEU:
         try:
@@ -64,6 +67,10 @@ class Bleu(Metric):
         """sacrebleu's sentence-level scores (with effective order, as it recommends)."""
         bleu = self._metric(effective_order=True)
         return [bleu.sentence_score(h, alts) for h, alts in zip(corpus.hyp_texts, corpus.ref_texts)]
+
+    def item_columns(self, corpus: Corpus) -> list[tuple[str, list[str]]]:
+        """sacrebleu's sentence BLEU of every line (effective order)."""
+        return [("sentence_bleu", [f"{s.score:.4f}" for s in self.sentences(corpus)])]
 
     def item_stats(self, corpus: Corpus) -> list[list[float]]:
         rows = [

@@ -45,6 +45,7 @@ def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
 
 class Accuracy(Metric):
     name = "acc"
+    title = "accuracy"
     higher_is_better = True
     definition = "% of lines whose hypothesis equals one of its references (as symbol sequences)"
 
@@ -57,6 +58,7 @@ class Accuracy(Metric):
 
 class WordErrorRate(Accuracy):
     name = "wer"
+    title = "word error rate"
     higher_is_better = False
     definition = "100 - acc: % of lines whose hypothesis equals none of its references"
 
@@ -66,6 +68,7 @@ class WordErrorRate(Accuracy):
 
 class PhonemeErrorRate(Metric):
     name = "per"
+    title = "phoneme error rate"
     higher_is_better = False
     definition = (
         "edit distance to the closest reference as a % of its length: corpus = 100 * sum ED / "
@@ -73,9 +76,9 @@ class PhonemeErrorRate(Metric):
     )
     options: ClassVar[dict[str, Option]] = {
         "average": Option(
-            "corpus", ("corpus", "word"), "corpus: sum ED / sum |r|; word: mean ED / |r|"
+            "corpus", ("corpus", "word"), "corpus (sum ED / sum |r|) or word (mean of ED / |r|)"
         ),
-        "ties": Option("first", ("first",), "the closest reference on ties"),
+        "ties": Option("first", ("first",), "the closest reference on ties", cli=False),
     }
 
     def item_stats(self, corpus: Corpus) -> list[list[float]]:
@@ -92,6 +95,7 @@ class PhonemeErrorRate(Metric):
 
 class MeanLevenshtein(Metric):
     name = "lev"
+    title = "mean Levenshtein distance"
     higher_is_better = False
     definition = "mean edit distance to the closest reference (SIGMORPHON 2017)"
 
@@ -114,6 +118,7 @@ class MeanFScore(Metric):
     """
 
     name = "mfs"
+    title = "mean F-score"
     higher_is_better = True
     definition = (
         "100 * mean F over lines, closest reference r by ED: LCS = (|c|+|r|-ED)/2, P = LCS/|c|, "
@@ -123,7 +128,8 @@ class MeanFScore(Metric):
         "lcs": Option(
             "levenshtein",
             ("levenshtein", "exact"),
-            "levenshtein: LCS = (|c|+|r|-ED)/2 (Appendix A.1); exact: true LCS (NEWS script)",
+            "levenshtein (LCS = (|c|+|r|-ED)/2, Rios et al. A.1) "
+            "or exact (true LCS, the NEWS script)",
         ),
     }
 
@@ -146,6 +152,24 @@ class MeanFScore(Metric):
             lcs = (c + r - ed) / 2
             rows.append((2 * lcs / (c + r) if lcs > 0 else 0.0, lcs, best))
         return rows
+
+    def item_columns(self, corpus: Corpus) -> list[tuple[str, list[str]]]:
+        """The reference used, LCS, precision, recall and F of every line."""
+        rows = self.details(corpus)
+        lengths = [
+            (len(h), len(alts[best]))
+            for h, alts, (_, _, best) in zip(corpus.hyps, corpus.refs, rows)
+        ]
+        return [
+            ("mfs_ref_index", [str(best) for _, _, best in rows]),
+            ("lcs", [f"{lcs:g}" for _, lcs, _ in rows]),
+            (
+                "precision",
+                [f"{lcs / c:.6f}" if c else "0" for (_, lcs, _), (c, _) in zip(rows, lengths)],
+            ),
+            ("recall", [f"{lcs / r:.6f}" for (_, lcs, _), (_, r) in zip(rows, lengths)]),
+            ("f", [f"{f:.6f}" for f, _, _ in rows]),
+        ]
 
     @staticmethod
     def _exact(hyp: Sequence[str], alts: Sequence[Sequence[str]]) -> tuple[float, float, int]:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from transduce import __version__
 from transduce.errors import ConfigError, DataError
-from transduce.metrics.base import Metric, Option
+from transduce.metrics.base import DataFile, FileContent, Metric, Option
 from transduce.metrics.corpus import Corpus
 
 SUBSETS = ("all", "oov", "ambiguous")
@@ -90,7 +90,11 @@ def token_stats(
 
 
 class TaggingAccuracy(Metric):
+    """Tagging accuracy; given the training data (`score --train`), over OOV and ambiguous
+    tokens too, each subset a score of its own (`tagacc_oov`, `tagacc_ambiguous`)."""
+
     name = "tagacc"
+    title = "tagging accuracy"
     higher_is_better = True
     needs_sources = True
     definition = (
@@ -99,8 +103,17 @@ class TaggingAccuracy(Metric):
         "(Dufter et al. 2020 §2.6); 0 when the subset has no token"
     )
     options: ClassVar[dict[str, Option]] = {
-        "subset": Option("all", SUBSETS, "all, oov or ambiguous tokens"),
+        "subset": Option("all", SUBSETS, "all, oov or ambiguous tokens", cli=False),
     }
+    data_files: ClassVar[dict[str, DataFile]] = {
+        "train": DataFile(
+            "the training data (CoNLL-U, or words<TAB>tags), to score OOV and ambiguous words too",
+            reads="tagged",
+            needs_sources="tagacc over OOV and ambiguous words needs the words: give a "
+            "CoNLL-U reference, or a TSV words<TAB>tags with --ref-col 2",
+        ),
+    }
+    uses_unit = False  # tags are whole symbols
 
     def __init__(self, unit: str = "auto", lexicon: Lexicon | None = None, **options: Any):
         super().__init__("symbol" if unit == "auto" else unit, **options)
@@ -117,6 +130,16 @@ class TaggingAccuracy(Metric):
     def label(self) -> str:
         subset = self.values["subset"]
         return self.name if subset == "all" else f"{self.name}_{subset}"
+
+    @classmethod
+    def create(
+        cls, unit: str, options: dict[str, Any], files: dict[str, FileContent]
+    ) -> list[Metric]:
+        """All tokens; with the training data, OOV and ambiguous tokens too."""
+        train = files.get("train")
+        lexicon = None if train is None else Lexicon.build(train.content, train.name)
+        subsets = SUBSETS if lexicon is not None else ("all",)
+        return [cls(unit, lexicon, **{**options, "subset": s}) for s in subsets]
 
     def item_stats(self, corpus: Corpus) -> list[list[float]]:
         subset = self.values["subset"]
@@ -140,32 +163,3 @@ class TaggingAccuracy(Metric):
         if self.lexicon is not None:
             parts.append(f"train:{self.lexicon.name}")
         return "|".join([*parts, f"version:transduce-{__version__}"])
-
-
-def read_tagged(
-    path: str, encoding: str = "utf-8", tag: str = "upos"
-) -> list[tuple[list[str], list[str]]]:
-    """(words, tags) of each sentence of a CoNLL-U file (`.conllu`; `tag`: upos or xpos) or
-    of a TSV `words<TAB>tags` (space-separated, as a prepared split of `prepare conllu`).
-
-    Raises:
-        DataError: a malformed line, or a line with unequal numbers of words and tags.
-    """
-    from transduce.data.formats import Conllu, InputFile, Problems, ReadContext
-    from transduce.io import decode_lines, display, read_bytes
-
-    if str(path).endswith(".conllu"):
-        context = ReadContext("score", encoding, Problems(), True)
-        examples = Conllu(tag=tag).read([InputFile.read(path)], context)
-        return [(list(e.source), list(e.target or ())) for e in examples]
-    lines, _ = decode_lines(read_bytes(path), display(path), encoding)
-    sentences = []
-    for number, line in enumerate(lines, 1):
-        fields = line.split("\t")
-        if len(fields) < 2:
-            raise DataError("expected words<TAB>tags", display(path), number, line)
-        words, tags = fields[0].split(), fields[1].split()
-        if len(words) != len(tags):
-            raise DataError(f"{len(words)} words but {len(tags)} tags", display(path), number, line)
-        sentences.append((words, tags))
-    return sentences

@@ -1,9 +1,10 @@
 """Scoring files: what `transduce score` does, as a library call.
 
 Reads a hypothesis file and one or more reference files (either may be "-", standard
-input), takes a column of a TSV where asked, splits alternatives inside a line, scores
-every requested metric on one shared `Corpus`, and builds the JSON report and the
-per-line statistics.
+input), takes a column of a TSV where asked, splits alternatives inside a line, reads a
+CoNLL-U reference (`.conllu`) as its tag sequences with their words, scores every
+requested metric on one shared `Corpus`, and builds the JSON report and the per-line
+statistics. The metrics themselves (`transduce.metrics`) read no files.
 
 A reference column of a prepared split (`test.tsv` with a `manifest.json` beside it that
 lists the file with the same SHA-256) is turned back into the target's own text, the way
@@ -14,7 +15,7 @@ BPE merged for subword targets. With `--unit auto`, such references also settle 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,10 @@ from transduce.data import tokens
 from transduce.data.prepared import is_prepared_file, prepared_side
 from transduce.errors import ConfigError, DataError, plural
 from transduce.io import STDIN, decode_lines, display, read_bytes
-from transduce.metrics import get_metric
-from transduce.metrics.base import Metric, Score, check_bootstrap
-from transduce.metrics.bleu import Bleu
+from transduce.metrics import METRICS
+from transduce.metrics.base import DataFile, FileContent, Metric, Option, Score, check_bootstrap
 from transduce.metrics.corpus import Corpus
-from transduce.metrics.edit import MeanFScore
-from transduce.metrics.tagging import SUBSETS, Lexicon, TaggingAccuracy, read_tagged
+from transduce.registry import lookup
 from transduce.reporting import versions
 
 REPORT_SCHEMA = "transduce.score/1"
@@ -44,6 +43,8 @@ class ScoreRequest:
             TSV) is the same count as one item: scored once, with the hypothesis of its
             first line, against the references of all its lines. This is how G2P is scored
             on CMUdict, where a word with two pronunciations has two lines.
+        data_files: The files that metrics declare (`Metric.data_files`) by name, e.g.
+            {"train": "train.conllu"} for tagacc over OOV and ambiguous words.
     """
 
     hyp: str
@@ -59,7 +60,7 @@ class ScoreRequest:
     encoding: str = defaults.ENCODING
     merge_variants: bool = False
     source_col: int = 1
-    train: str | None = None  # tagacc: the training data (OOV and ambiguous words)
+    data_files: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -179,15 +180,18 @@ def _tab_warning(column: Column, flag: str, separator: str | None = None) -> lis
 
 
 def load_corpus(request: ScoreRequest) -> Loaded:
-    """Read the hypotheses and references into a `Corpus`."""
+    """Read the hypotheses and references into a `Corpus`, with the sources of every line
+    where a CoNLL-U reference gives them or a requested metric needs them."""
     if [request.hyp, *request.refs].count(STDIN) > 1:
         raise ConfigError("standard input ('-') can be read only once: use it for one file")
     if request.ref_sep == "":
         raise ConfigError("--ref-sep must not be empty")
     if request.merge_variants and request.ref_col is None:
         raise ConfigError("--merge-variants reads the sources from a reference TSV: give --ref-col")
-    if request.source_col != 1 and not (request.merge_variants or request.train):
-        raise ConfigError("--source-col goes with --merge-variants or --train")
+    needs_sources = _sources_needed(request)
+    if request.source_col != 1 and not (request.merge_variants or needs_sources):
+        flags = [_flag(key) for key, users in declared_files().items() if _with_sources(users)]
+        raise ConfigError(f"--source-col goes with {' or '.join(['--merge-variants', *flags])}")
     files: Files = {}
     hyps = read_column(request.hyp, request.hyp_col, "--hyp-col", request.encoding, files)
     sources: list[list[str]] | None = None
@@ -202,12 +206,9 @@ def load_corpus(request: ScoreRequest) -> Loaded:
             read_column(path, request.ref_col, "--ref-col", request.encoding, files)
             for path in request.refs
         ]
-        if request.train is not None:
+        if needs_sources:
             if request.ref_col is None:
-                raise ConfigError(
-                    "tagacc over OOV and ambiguous words needs the words: give a CoNLL-U "
-                    "reference, or a TSV words<TAB>tags with --ref-col 2"
-                )
+                raise ConfigError(needs_sources[0])
             sources = _words(request.refs[0], request.source_col, files)
     for ref in refs:
         if len(ref.lines) != len(hyps.lines):
@@ -272,8 +273,38 @@ def _words(path: str, column: int, files: Files) -> list[list[str]]:
     return words
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def declared_files() -> dict[str, list[tuple[str, DataFile]]]:
+    """Each data file that metrics declare, with the (metric, declaration) pairs of it."""
+    files: dict[str, list[tuple[str, DataFile]]] = {}
+    for name, metric in METRICS.items():
+        for key, data in metric.data_files.items():
+            files.setdefault(key, []).append((name, data))
+    return files
+
+
+def _with_sources(users: Sequence[tuple[str, DataFile]]) -> bool:
+    return any(data.needs_sources for _, data in users)
+
+
+def _sources_needed(request: ScoreRequest) -> list[str]:
+    """The data files given that make a requested metric need the sources of every line:
+    the error of each when the references cannot give them."""
+    return [
+        data.needs_sources
+        for name in dict.fromkeys(request.metrics)
+        if name in METRICS
+        for key, data in METRICS[name].data_files.items()
+        if key in request.data_files and data.needs_sources
+    ]
+
+
 def make_metrics(request: ScoreRequest) -> list[Metric]:
-    """The requested metrics with their options, checked before any file is read."""
+    """The requested metrics with their options and data files, checked before any
+    hypothesis or reference is read."""
     if not request.metrics:
         raise ConfigError("no metric requested")
     unknown = set(request.metric_options) - set(request.metrics)
@@ -284,21 +315,29 @@ def make_metrics(request: ScoreRequest) -> list[Metric]:
     if request.bootstrap:
         check_bootstrap(request.bootstrap)
     names = list(dict.fromkeys(request.metrics))  # each once, in the order given
-    if request.train is not None and "tagacc" not in names:
-        raise ConfigError("--train applies to --metric tagacc, which is not requested")
-    if request.train is not None and request.merge_variants:
-        raise ConfigError("--merge-variants does not apply to tagging accuracy (--train)")
+    declared = declared_files()
+    for key in request.data_files:
+        users = [(name, data) for name, data in declared.get(key, []) if name in names]
+        if not users:
+            readers = [name for name, _ in declared.get(key, [])]
+            if not readers:
+                raise ConfigError(f"{_flag(key)}: no metric reads such a file")
+            raise ConfigError(
+                f"{_flag(key)} applies to --metric {' or '.join(readers)}, which is not requested"
+            )
+        if request.merge_variants and _with_sources(users):
+            title = METRICS[next(n for n, d in users if d.needs_sources)].title
+            raise ConfigError(f"--merge-variants does not apply to {title} ({_flag(key)})")
+    read: dict[str, FileContent] = {}  # each file once, whatever the metrics that read it
     metrics: list[Metric] = []
-    for n in names:
-        if n != "tagacc":
-            metrics.append(get_metric(n, unit=request.unit, **request.metric_options.get(n, {})))
-            continue
-        lexicon = None
-        if request.train is not None:
-            sentences = read_tagged(request.train, request.encoding)
-            lexicon = Lexicon.build(sentences, display(request.train))
-        subsets = SUBSETS if lexicon is not None else ("all",)
-        metrics += [TaggingAccuracy(request.unit, lexicon, subset=s) for s in subsets]
+    for name in names:
+        metric = lookup(METRICS, name, "metric")
+        for key, data in metric.data_files.items():
+            if key in request.data_files and key not in read:
+                path = request.data_files[key]
+                read[key] = FileContent(display(path), READERS[data.reads](path, request.encoding))
+        files = {key: read[key] for key in metric.data_files if key in read}
+        metrics += metric.create(request.unit, request.metric_options.get(name, {}), files)
     return metrics
 
 
@@ -352,7 +391,7 @@ def score_request(request: ScoreRequest) -> tuple[dict[str, Any], Loaded, list[M
         raise DataError(
             error.message, display(request.hyp), number, corpus.hyp_texts[error.line - 1]
         ) from None
-    if any(not isinstance(m, Bleu | TaggingAccuracy) for m in metrics):
+    if any(m.uses_unit for m in metrics):
         loaded.warnings.extend(_unit_warning(corpus))
     report = {
         "schema": REPORT_SCHEMA,
@@ -368,7 +407,7 @@ def score_request(request: ScoreRequest) -> tuple[dict[str, Any], Loaded, list[M
             "ref_sep": request.ref_sep,
             "merge_variants": request.merge_variants,
             "metric_options": request.metric_options,
-            "train": request.train,
+            **{key: request.data_files.get(key) for key in declared_files()},
         },
         "scores": {name: s.to_dict() for name, s in scores.items()},
         "warnings": loaded.warnings,
@@ -388,8 +427,8 @@ def per_item_rows(loaded: Loaded, metrics: Sequence[Metric]) -> list[list[str]]:
     Columns: line, hypothesis, closest reference (as text), its index among the line's
     references, edits, hypothesis and reference lengths (in the unit), correct, the line's
     ED / |r|; with mfs: LCS, precision, recall and F of the reference mfs used; with bleu:
-    sacrebleu's sentence BLEU (effective order). With --merge-variants, `line` is the
-    first input line of the source.
+    sacrebleu's sentence BLEU (effective order): each metric's `item_columns`. With
+    --merge-variants, `line` is the first input line of the source.
     """
     corpus = loaded.corpus
     edit = corpus.edit
@@ -416,21 +455,147 @@ def per_item_rows(loaded: Loaded, metrics: Sequence[Metric]) -> list[list[str]]:
         [f"{e / r:.6f}" for e, r in zip(edit.edits, edit.ref_len)],
     ]
     for metric in metrics:
-        if isinstance(metric, MeanFScore):
-            header += ["mfs_ref_index", "lcs", "precision", "recall", "f"]
-            rows = metric.details(corpus)
-            columns.append([str(best) for _, _, best in rows])
-            columns.append([f"{lcs:g}" for _, lcs, _ in rows])
-            lengths = [
-                (len(h), len(alts[best]))
-                for h, alts, (_, _, best) in zip(corpus.hyps, corpus.refs, rows)
-            ]
-            columns.append(
-                [f"{lcs / c:.6f}" if c else "0" for (_, lcs, _), (c, _) in zip(rows, lengths)]
-            )
-            columns.append([f"{lcs / r:.6f}" for (_, lcs, _), (_, r) in zip(rows, lengths)])
-            columns.append([f"{f:.6f}" for f, _, _ in rows])
-        elif isinstance(metric, Bleu):
-            header.append("sentence_bleu")
-            columns.append([f"{s.score:.4f}" for s in metric.sentences(corpus)])
+        for name, column in metric.item_columns(corpus):
+            header.append(name)
+            columns.append(column)
     return [header, *map(list, zip(*columns))]
+
+
+def read_tagged(
+    path: str, encoding: str = "utf-8", tag: str = "upos"
+) -> list[tuple[list[str], list[str]]]:
+    """(words, tags) of each sentence of a CoNLL-U file (`.conllu`; `tag`: upos or xpos) or
+    of a TSV `words<TAB>tags` (space-separated, as a prepared split of `prepare conllu`).
+
+    Raises:
+        DataError: a malformed line, or a line with unequal numbers of words and tags.
+    """
+    from transduce.data.formats import Conllu, InputFile, Problems, ReadContext  # CoNLL-U only
+
+    if str(path).endswith(".conllu"):
+        context = ReadContext("score", encoding, Problems(), True)
+        examples = Conllu(tag=tag).read([InputFile.read(path)], context)
+        return [(list(e.source), list(e.target or ())) for e in examples]
+    lines, _ = decode_lines(read_bytes(path), display(path), encoding)
+    sentences = []
+    for number, line in enumerate(lines, 1):
+        fields = line.split("\t")
+        if len(fields) < 2:
+            raise DataError("expected words<TAB>tags", display(path), number, line)
+        words, tags = fields[0].split(), fields[1].split()
+        if len(words) != len(tags):
+            raise DataError(f"{len(words)} words but {len(tags)} tags", display(path), number, line)
+        sentences.append((words, tags))
+    return sentences
+
+
+READERS: dict[str, Callable[[str, str], Any]] = {"tagged": read_tagged}  # by DataFile.reads
+
+
+# ------------------------------------------------------------- flags from declarations
+
+
+@dataclass(frozen=True)
+class MetricFlag:
+    """A flag of `score` that the metrics' declarations give.
+
+    Attributes:
+        name: The parameter; the flag is `--` and the name with "-" for "_": per_average.
+        help: The flag's help, "METRIC: ...".
+        metrics: The metrics it applies to.
+        option: The option it sets (a flag per option: `--per-average`), or None.
+        key: The name of that option ("average").
+        pairs: It takes options as repeatable KEY=VALUE pairs (`--bleu-option`).
+        file: It names a data file (`--train`).
+    """
+
+    name: str
+    help: str
+    metrics: tuple[str, ...]
+    option: Option | None = None
+    key: str = ""
+    pairs: bool = False
+    file: bool = False
+
+    @property
+    def flag(self) -> str:
+        return _flag(self.name)
+
+
+def metric_flags() -> list[MetricFlag]:
+    """The flags of the registered metrics: their data files first (one flag for a name,
+    whatever the metrics that declare it), then their options, in registry order."""
+    flags = [
+        MetricFlag(key, f"{'/'.join(n for n, _ in users)}: {users[0][1].help}.",
+                   tuple(n for n, _ in users), file=True)
+        for key, users in declared_files().items()
+    ]  # fmt: skip
+    for name, metric in METRICS.items():
+        shown = {key: option for key, option in metric.options.items() if option.cli}
+        if metric.option_pairs and shown:
+            help = f"{name}: a {metric.title} option KEY=VALUE ({', '.join(shown)}); repeatable."
+            flags.append(MetricFlag(f"{name}_option", help, (name,), pairs=True))
+        elif not metric.option_pairs:
+            flags += [
+                MetricFlag(f"{name}_{key}", f"{name}: {option.help}.", (name,), option, key)
+                for key, option in shown.items()
+            ]
+    return flags
+
+
+def flag_values(
+    names: Sequence[str], values: dict[str, Any]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The metric options and data files that the flags of `metric_flags` give.
+
+    Args:
+        names: The requested metrics.
+        values: Per flag name its value from the command line: an option's value (its
+            default when not given), a list of KEY=VALUE pairs, a path, or None.
+
+    Returns:
+        `ScoreRequest.metric_options` (every flag option of a requested metric) and
+        `ScoreRequest.data_files`.
+
+    Raises:
+        ConfigError: an option given for a metric not requested, or a malformed pair.
+    """
+    options: dict[str, dict[str, Any]] = {}
+    files: dict[str, str] = {}
+    for flag in metric_flags():
+        value = values.get(flag.name)
+        metric = flag.metrics[0]
+        if flag.file:
+            if value is not None:
+                files[flag.name] = str(value)  # make_metrics checks that a metric reads it
+        elif flag.option is not None:
+            if metric in names:
+                if value is None:
+                    value = flag.option.default
+                elif not isinstance(value, flag.option.kind):
+                    value = flag.option.parse(flag.flag, str(value))
+                options.setdefault(metric, {})[flag.key] = value
+            elif value is not None and value != flag.option.default:
+                raise ConfigError(
+                    f"{flag.flag} applies to --metric {metric}, which is not requested"
+                )
+        elif value:
+            if metric not in names:
+                raise ConfigError(
+                    f"{flag.flag} applies to --metric {metric}, which is not requested"
+                )
+            options[metric] = parse_pairs(METRICS[metric], flag.flag, value)
+    return options, files
+
+
+def parse_pairs(metric: type[Metric], flag: str, pairs: Sequence[str]) -> dict[str, Any]:
+    """`["tokenize=none", "lowercase=true"]` -> {"tokenize": "none", "lowercase": True}."""
+    shown = [key for key, option in metric.options.items() if option.cli]
+    parsed: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in shown:
+            raise ConfigError(f"{flag} {pair!r}: expected KEY=VALUE, KEY one of {', '.join(shown)}")
+        parsed[key] = metric.options[key].parse(f"{flag} {key}", text.strip())
+    return parsed
