@@ -95,5 +95,6 @@ def main(
 from transduce.cli import analyze as _analyze  # noqa: E402, F401
 from transduce.cli import decode as _decode  # noqa: E402, F401
 from transduce.cli import prepare as _prepare  # noqa: E402, F401  (registers the command)
+from transduce.cli import recipes as _recipes  # noqa: E402, F401
 from transduce.cli import score as _score  # noqa: E402, F401
 from transduce.cli import train as _train  # noqa: E402, F401
