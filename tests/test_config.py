@@ -155,6 +155,12 @@ def test_every_shipped_recipe_loads_by_name(name: str):
     """By name, as `train --config NAME` loads it after `pip install` (no data needed)."""
     config, resolved = configuration.load(name, check_data=False)
     assert config.model_name == resolved["model"]["name"]
+    purpose = recipe_loader.purpose(name)
+    assert 10 <= len(purpose) <= 105, f"the first line says what {name} is for, briefly"
+    text = recipe_loader.shipped_recipe(name).read_text(encoding="utf-8")  # type: ignore[union-attr]
+    assert f"--config {name}" in text, "its comment says how to run it, by name"
+    settings = [line for line in text.splitlines() if not line.startswith("#")]
+    assert not any("shared/data" in line for line in settings), "data paths start with $DATA/"
 
 
 def write(path: Path, text: str) -> Path:
