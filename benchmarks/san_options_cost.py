@@ -1,6 +1,6 @@
 """What the self-attention options of Dufter et al. (2020) cost per training update.
 
-The `san_tagger` recipes of `recipes/paper/dufter2020/` (UD settings of Table 1b: 4 layers
+The `san_tagger` recipes `paper/dufter2020/` (UD settings of Table 1b: 4 layers
 of 4 heads, t = 60, batch 32) train on the same UD English-EWT batches in one process,
 alternating update by update (after a warm-up of each), with the trainer's own
 `Trainer.update`. For each option the median seconds per update and the median of
@@ -20,12 +20,11 @@ import json
 import os
 import statistics
 import time
-from pathlib import Path
 
-import yaml
 from train_throughput import WARMUP, trainer_setup  # this folder is on sys.path
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes" / "paper" / "dufter2020"
+from transduce import config as configuration
+
 VARIANTS = ("pe-add", "p", "r", "p-r", "temp", "conv", "conv2d")
 BASE = "pe-add"
 
@@ -41,7 +40,8 @@ def main() -> None:
         variants.insert(0, BASE)
     runs = {}
     for name in variants:
-        recipe = yaml.safe_load((RECIPES / f"ewt-san-{name}.yaml").read_text(encoding="utf-8"))
+        # composed with its bases (the variants state only what differs), data not needed
+        _, recipe = configuration.load(f"paper/dufter2020/ewt-san-{name}", check_data=False)
         recipe["data"] = {"prepared": args.prepared, "vocab_fraction": 0.5}
         recipe["train"] = {**recipe["train"], "threads": 2}
         runs[name] = trainer_setup(recipe)

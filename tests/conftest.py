@@ -24,8 +24,13 @@ def transduce_env() -> dict[str, str]:
 
 
 def shared_data() -> Path | None:
-    """The real datasets (../shared/data or $TRANSDUCE_SHARED_DATA), if present."""
-    candidates = [os.environ.get("TRANSDUCE_SHARED_DATA"), REPO.parent / "shared" / "data"]
+    """The real datasets ($TRANSDUCE_SHARED_DATA, the recipes' data root $TRANSDUCE_DATA,
+    or ../shared/data), if present."""
+    candidates = [
+        os.environ.get("TRANSDUCE_SHARED_DATA"),
+        os.environ.get("TRANSDUCE_DATA"),
+        REPO.parent / "shared" / "data",
+    ]
     for candidate in candidates:
         if candidate and Path(candidate).is_dir():
             return Path(candidate)

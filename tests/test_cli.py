@@ -275,3 +275,24 @@ def test_reports_never_replace_a_manifest(run, g2p, tmp_path: Path, data: Path):
     before = (out / "manifest.json").read_bytes()
     one_line_error(run("score", hyp, ref, "--per-item", out / "manifest.json"), "prepared dataset")
     assert (out / "manifest.json").read_bytes() == before
+
+
+def test_recipes_lists_every_shipped_recipe(run):
+    from transduce.recipe_loader import shipped_recipes
+
+    result = run("recipes")
+    assert result.exit_code == 0 and result.stderr == ""
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    assert [name for name, _ in rows] == shipped_recipes()
+    purposes = dict(rows)
+    assert purposes["g2p"].startswith("G2P on the CMUdict")
+    assert all(purposes.values())
+
+
+def test_subprocess_recipes_is_pipe_friendly():
+    result = subprocess.run(
+        "transduce recipes | cut -f1 | grep -x paper/rios2021/transformer-g2p-cmudict-mono",
+        shell=True, capture_output=True, text=True, env=transduce_env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "paper/rios2021/transformer-g2p-cmudict-mono\n"

@@ -61,6 +61,36 @@ def test_train_cli(run, tmp_path: Path):
     )
 
 
+def test_train_cli_data_root_and_base(run, tmp_path: Path, monkeypatch):
+    """`$DATA/` paths under --data-root; the run's config.yaml resumes without it."""
+    root = tmp_path / "datasets"
+    root.mkdir()
+    write_task(root, "copy", n=200)
+    baseline = recipe(Path("$DATA/copy-prepared"), TINY_LSTM, max_updates=10, validate_every=10)
+    write_recipe(tmp_path / "baseline.yaml", baseline)
+    variant = write_recipe(
+        tmp_path / "variant.yaml", {"base": "baseline.yaml", "train": {"batch_size": 8}}
+    )
+    monkeypatch.delenv("TRANSDUCE_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    one_line_error(
+        run("train", "--config", variant, "--out", "run"),
+        "copy-prepared: no such data file",
+        "--data-root DIR",
+        "TRANSDUCE_DATA",
+    )
+    assert not Path("run").exists()
+    result = run("train", "--config", variant, "--data-root", "datasets", "--out", "run")
+    assert result.exit_code == 0, result.output
+    saved = yaml.safe_load(Path("run/config.yaml").read_text(encoding="utf-8"))
+    assert saved["data"]["prepared"] == str(root / "copy-prepared")
+    assert saved["train"]["batch_size"] == 8 and saved["train"]["max_updates"] == 10
+    monkeypatch.chdir(tmp_path / "datasets")  # elsewhere, and no data root given
+    result = run("train", "--out", tmp_path / "run", "--resume", "--set", "train.max_updates=20")
+    assert result.exit_code == 0, result.output
+    assert "resuming at update 10" in result.stderr
+
+
 def test_train_config_errors_are_one_line(run, tmp_path: Path):
     bad = write_recipe(
         tmp_path / "bad.yaml",

@@ -26,6 +26,7 @@ def test_shipped_scripts_are_current(shell):
     ("words", "expected"),
     [
         (["transduce", "sc"], ["score"]),
+        (["transduce", "rec"], ["recipes"]),
         (["transduce", "prepare", "c"], ["cmudict", "conllu"]),
         (["transduce", "score", "h", "r", "--metric", "m"], ["mfs"]),
     ],

@@ -1,4 +1,5 @@
-"""Configuration: typed sections, every error at once, overrides, every recipe valid."""
+"""Configuration: typed sections, every error at once, overrides, every recipe valid;
+recipes by name, composed with `base:`, data paths under the data root."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import pytest
 import yaml
 
 from transduce import config as configuration
-from transduce.errors import ConfigError
+from transduce import recipe_loader
+from transduce.errors import ConfigError, DataError
 from transduce.models.lstm import LSTMConfig
 from transduce.models.transformer import TransformerConfig
 
-RECIPES = sorted((Path(__file__).parent.parent / "transduce" / "recipes").rglob("*.yaml"))
+REPO_RECIPES = Path(__file__).parent.parent / "transduce" / "recipes"
+RECIPES = sorted(REPO_RECIPES.rglob("*.yaml"))
+SHIPPED = recipe_loader.shipped_recipes()
 
 
 def minimal(**sections) -> dict:
@@ -115,19 +119,171 @@ def test_overrides(tmp_path: Path):
 def test_recipe_names_and_bad_files(tmp_path: Path):
     assert "g2p" in configuration.shipped_recipes()
     assert configuration.recipe_path("g2p").name == "g2p.yaml"
+    nested = "paper/rios2021/transformer-g2p-cmudict"
+    assert nested in configuration.shipped_recipes()
+    for name in (nested, f"{nested}.yaml"):
+        assert configuration.recipe_path(name) == REPO_RECIPES / f"{nested}.yaml"
     with pytest.raises(ConfigError, match="no such recipe file, and not a shipped recipe"):
         configuration.recipe_path("nope")
+    with pytest.raises(ConfigError, match=f"did you mean {nested}\\?"):
+        configuration.recipe_path("paper/rios2021/transformer-g2p-cmudic")
+    for outside in ("../pyproject", "paper/../g2p", "/g2p", "paper//rios2021"):
+        with pytest.raises(ConfigError, match="not a shipped recipe"):
+            configuration.recipe_path(outside)
     bad = tmp_path / "bad.yaml"
     bad.write_text("data: [unclosed\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="bad.yaml:.*not valid YAML"):
         configuration.load(str(bad))
 
 
+def test_an_existing_file_wins_over_a_shipped_name(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("g2p").write_text(yaml.safe_dump(minimal(train={"seed": 7})), encoding="utf-8")
+    config, _ = configuration.load("g2p")
+    assert config.train.seed == 7
+
+
 @pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
 def test_every_recipe_is_valid(recipe: Path):
     text = recipe.read_text(encoding="utf-8")
     assert text.startswith("#"), "a recipe starts with a comment saying how to run it"
-    configuration.load(str(recipe))
+    configuration.load(str(recipe), check_data=False)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_recipe_loads_by_name(name: str):
+    """By name, as `train --config NAME` loads it after `pip install` (no data needed)."""
+    config, resolved = configuration.load(name, check_data=False)
+    assert config.model_name == resolved["model"]["name"]
+    purpose = recipe_loader.purpose(name)
+    assert 10 <= len(purpose) <= 105, f"the first line says what {name} is for, briefly"
+    text = recipe_loader.shipped_recipe(name).read_text(encoding="utf-8")  # type: ignore[union-attr]
+    assert f"--config {name}" in text, "its comment says how to run it, by name"
+    settings = [line for line in text.splitlines() if not line.startswith("#")]
+    assert not any("shared/data" in line for line in settings), "data paths start with $DATA/"
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+BASE = """\
+data: {format: cmudict, options: {keep_stress: true}}
+model: {name: lstm, embedding_dim: 64, attention: {scorer: general}}
+train:
+  max_epochs: 20
+  optimizer: {lr: 0.01, betas: [0.9, 0.98]}
+  select_on: wer
+"""
+
+
+def test_base_merges_mappings_and_replaces_other_values(tmp_path: Path):
+    write(tmp_path / "base.yaml", BASE)
+    variant = write(
+        tmp_path / "sub" / "variant.yaml",
+        "base: ../base.yaml\n"
+        "model: {attention: mlp, dropout: 0.3}\n"
+        "train: {max_epochs: null, max_updates: 50, optimizer: {lr: 0.5}}\n",
+    )
+    config, resolved = configuration.load(str(variant), ["train.optimizer.lr=0.25"])
+    assert config.model.embedding_dim == 64 and config.model.dropout == 0.3  # merged
+    assert config.model.attention.scorer == "mlp"  # a string replaces the base's mapping
+    assert config.train.max_epochs is None and config.train.max_updates == 50  # null is a value
+    assert config.train.optimizer.betas == [0.9, 0.98] and config.train.optimizer.lr == 0.25
+    assert config.train.select_on == "wer" and resolved["data"]["options"] == {"keep_stress": True}
+    # a chain, with a base named without .yaml; lists replace, they are not appended to
+    third = write(
+        tmp_path / "third.yaml", "base: sub/variant\ntrain: {optimizer: {betas: [0.8, 0.9]}}\n"
+    )
+    config, _ = configuration.load(str(third))
+    assert config.train.optimizer.betas == [0.8, 0.9] and config.train.optimizer.lr == 0.5
+    assert config.model.embedding_dim == 64 and config.train.max_updates == 50
+    # a shipped recipe by name, from anywhere
+    shipped = write(tmp_path / "mine.yaml", "base: g2p\ntrain: {batch_size: 32}\n")
+    config, _ = configuration.load(str(shipped))
+    g2p, _ = configuration.load("g2p")
+    assert config.train.batch_size == 32 and config.model == g2p.model
+    assert config.train.optimizer == g2p.train.optimizer
+
+
+def test_base_errors_are_one_line(tmp_path: Path):
+    write(tmp_path / "a.yaml", "base: b.yaml\n")
+    write(tmp_path / "b.yaml", "base: c\n")
+    write(tmp_path / "c.yaml", "base: a.yaml\n")
+    with pytest.raises(ConfigError) as info:
+        configuration.load(str(tmp_path / "a.yaml"))
+    message = str(info.value)
+    assert "cycle" in message and "\n" not in message
+    assert message.count("a.yaml") == 3 and "b.yaml -> " in message and "c.yaml -> " in message
+    write(tmp_path / "self.yaml", "base: self.yaml\n")
+    with pytest.raises(ConfigError, match="cycle: .*self.yaml -> .*self.yaml"):
+        configuration.load(str(tmp_path / "self.yaml"))
+    missing = write(tmp_path / "m.yaml", "base: nowhere.yaml\nmodel: {name: lstm}\n")
+    with pytest.raises(ConfigError) as info:
+        configuration.load(str(missing))
+    message = str(info.value)
+    assert message.startswith(f"{missing}: base: no recipe 'nowhere.yaml'") and "\n" not in message
+    write(tmp_path / "list.yaml", "base: [a.yaml]\n")
+    with pytest.raises(ConfigError, match="list.yaml: base: expected a recipe path or name"):
+        configuration.load(str(tmp_path / "list.yaml"))
+    # problems of the composed recipe name the variant and its bases
+    write(tmp_path / "good.yaml", BASE)
+    write(tmp_path / "typo.yaml", "base: good.yaml\ntrain: {batchsize: 3}\n")
+    with pytest.raises(ConfigError, match=r"typo.yaml \(base: good.yaml\): 1 problem: train.b"):
+        configuration.load(str(tmp_path / "typo.yaml"))
+
+
+DATA_RECIPE = """\
+data:
+  format: tsv
+  train: [$DATA/set/train.tsv]
+  dev: [$DATA/set/dev.tsv]
+  test: [relative/test.tsv]
+model: {name: lstm}
+"""
+
+
+def test_data_root(tmp_path: Path, monkeypatch):
+    recipe = str(write(tmp_path / "r.yaml", DATA_RECIPE))
+    for root in ("option", "env", "cwd/../shared/data"):
+        for split in ("train", "dev"):
+            write(tmp_path / root / "set" / f"{split}.tsv", "a\tb\n")
+    monkeypatch.delenv("TRANSDUCE_DATA", raising=False)
+    monkeypatch.chdir(write(tmp_path / "cwd" / "x", "").parent)
+    _, resolved = configuration.load(recipe)  # the default, ../shared/data
+    default = tmp_path / "cwd" / ".." / "shared" / "data"
+    assert resolved["data"]["train"] == [str(default.resolve() / "set" / "train.tsv")]
+    assert resolved["data"]["test"] == ["relative/test.tsv"]  # not under the data root
+    monkeypatch.setenv("TRANSDUCE_DATA", str(tmp_path / "env"))
+    _, resolved = configuration.load(recipe)
+    assert resolved["data"]["dev"] == [str(tmp_path / "env" / "set" / "dev.tsv")]
+    config, resolved = configuration.load(recipe, data_root=tmp_path / "option")
+    assert config.data.train == [str(tmp_path / "option" / "set" / "train.tsv")]
+    # resolved paths are absolute: the run's config.yaml needs no data root to resume
+    assert configuration.parse(resolved).data == config.data
+    _, resolved = configuration.load(recipe, ["data.test=[$DATA/set/dev.tsv]"], "../option")
+    assert resolved["data"]["test"] == [str(tmp_path / "option" / "set" / "dev.tsv")]
+
+
+def test_a_missing_data_file_is_one_line_before_any_data_is_read(tmp_path: Path, monkeypatch):
+    recipe = str(write(tmp_path / "r.yaml", DATA_RECIPE))
+    write(tmp_path / "root" / "set" / "dev.tsv", "a\tb\n")
+    monkeypatch.setenv("TRANSDUCE_DATA", str(tmp_path / "root"))
+    with pytest.raises(DataError) as info:
+        configuration.load(recipe)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'root' / 'set' / 'train.tsv'}: no such data file")
+    for fragment in ("(TRANSDUCE_DATA)", "--data-root DIR", "set TRANSDUCE_DATA"):
+        assert fragment in message, fragment
+    assert "\n" not in message
+    with pytest.raises(DataError, match=r"and 1 other .*\(--data-root, which does not exist\)"):
+        configuration.load(recipe, data_root=tmp_path / "nowhere")
+    config, _ = configuration.load(recipe, data_root=tmp_path / "nowhere", check_data=False)
+    assert config.data.train == [str(tmp_path / "nowhere" / "set" / "train.tsv")]
+    with pytest.raises(ConfigError, match="train.batchsize: unknown key"):  # config problems first
+        configuration.load(recipe, ["train.batchsize=3"], data_root=tmp_path / "nowhere")
 
 
 def test_cosine_schedule_needs_its_end():

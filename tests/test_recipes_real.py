@@ -2,8 +2,8 @@
 
     python -m pytest -m slow tests/test_recipes_real.py
 
-For each recipe under `recipes/paper/`, with its `../shared/data` paths pointed at the
-datasets found: the data section is prepared (once per distinct data section), the model
+For each recipe under `recipes/paper/`, loaded with the datasets found as its data root
+(`--data-root`): the data section is prepared (once per distinct data section), the model
 is built with the recipe's sizes, and two training updates with the recipe's optimizer,
 schedule, loss and batching run with a finite loss that changes. Full training runs take
 hours; the default tests train small models to convergence on toy tasks.
@@ -17,7 +17,6 @@ import math
 from pathlib import Path
 
 import pytest
-import yaml
 
 from transduce import config as configuration
 from transduce.schedules import Schedule
@@ -31,29 +30,18 @@ PAPER = sorted((REPO / "transduce" / "recipes" / "paper").rglob("*.yaml"))
 PREPARED: dict[str, Path] = {}  # data section (JSON) -> prepared directory, shared by tests
 
 
-def point_at(value, root: Path):
-    """The recipe's data paths with ../shared/data replaced by `root`."""
-    if isinstance(value, str) and value.startswith("../shared/data/"):
-        return str(root / value.removeprefix("../shared/data/"))
-    if isinstance(value, list):
-        return [point_at(v, root) for v in value]
-    return value
-
-
 @pytest.mark.parametrize("recipe", PAPER, ids=[f"{p.parent.name}/{p.stem}" for p in PAPER])
 def test_paper_recipe_trains(shared: Path, tmp_path_factory, recipe: Path):
-    data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
-    section = {key: point_at(value, shared) for key, value in data["data"].items()}
-    for split in ("train", "dev", "test"):
-        for path in section.get(split) or []:
-            assert Path(path).is_file(), f"{recipe.name}: {split} file missing: {path}"
-    subwords = section.get("options", {}).get("subwords")
+    # the recipe's $DATA/ paths under the datasets found; a missing file fails here
+    _, data = configuration.load(str(recipe), data_root=shared)
+    section = data["data"]
+    subwords = section["options"].get("subwords")
     if subwords == "subword-nmt" and importlib.util.find_spec("subword_nmt") is None:
         pytest.skip("needs subword-nmt (pip install 'transduce[bpe]')")
     key = json.dumps(section, sort_keys=True)
     if key not in PREPARED:
         run = tmp_path_factory.mktemp("prepare")
-        trainer = Trainer(configuration.parse({**data, "data": section}), run)
+        trainer = Trainer(configuration.parse(data), run)
         PREPARED[key] = trainer.task.prepared_dir(run)
     data["data"] = {
         "prepared": str(PREPARED[key]),

@@ -9,6 +9,8 @@ read, and raises one `ConfigError` listing all problems, e.g.
     train.optimiser: unknown key (did you mean optimizer?)
 
 `--set train.batch_size=64` overrides a value (parsed as YAML: 64, 0.1, true, [1, 2]).
+`transduce.recipe_loader` finds recipes by name, merges `base:` recipes in and places
+`$DATA/` paths under the data root first.
 """
 
 from __future__ import annotations
@@ -19,15 +21,20 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
 
-from transduce import defaults
+from transduce import defaults, recipe_loader
 from transduce.errors import ConfigError, plural
 from transduce.models.base import ModelConfig
+
+# Finding, reading and composing recipe files lives in recipe_loader; these names stay
+# importable from here.
+from transduce.recipe_loader import read_yaml as read_yaml
+from transduce.recipe_loader import recipe_path as recipe_path
+from transduce.recipe_loader import shipped_recipes as shipped_recipes
 
 S = TypeVar("S")
 
@@ -428,40 +435,6 @@ def to_dict(obj: Any) -> Any:
 # --------------------------------------------------------------------------- loading
 
 
-def recipe_path(name_or_path: str) -> Path:
-    """A recipe file: a path, or the name of a recipe shipped in the package (`g2p`)."""
-    path = Path(name_or_path)
-    if path.is_file():
-        return path
-    shipped = resources.files("transduce") / "recipes" / f"{name_or_path}.yaml"
-    if "/" not in name_or_path and shipped.is_file():
-        return Path(str(shipped))
-    names = ", ".join(shipped_recipes())
-    raise ConfigError(f"{name_or_path}: no such recipe file, and not a shipped recipe ({names})")
-
-
-def shipped_recipes() -> list[str]:
-    """Names of the recipes shipped in the package (`--config NAME`)."""
-    folder = resources.files("transduce") / "recipes"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: not valid YAML: {getattr(error, 'problem', error)}") from None
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read: {error.strerror}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a recipe is a mapping of sections (data, model, ...)")
-    return data
-
-
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
     """Apply `--set section.key=value` overrides (values parsed as YAML) in place."""
     for override in overrides:
@@ -515,12 +488,31 @@ def parse(data: dict[str, Any], source: str = "config") -> Config:
     return Config(model_name=name, model=model, **sections)  # type: ignore[arg-type]
 
 
-def load(name_or_path: str, overrides: list[str] | None = None) -> tuple[Config, dict[str, Any]]:
-    """Load and validate a recipe; returns the config and its resolved mapping."""
+def load(
+    name_or_path: str,
+    overrides: list[str] | None = None,
+    data_root: str | Path | None = None,
+    *,
+    check_data: bool = True,
+) -> tuple[Config, dict[str, Any]]:
+    """Load and validate a recipe; returns the config and its resolved mapping.
+
+    Args:
+        name_or_path: A recipe file, or the name of a shipped recipe.
+        overrides: `--set KEY=VALUE` overrides, applied after the bases are merged in.
+        data_root: The folder of `$DATA/` data paths; None: `TRANSDUCE_DATA`, else
+            `../shared/data` (`transduce.recipe_loader` has the rules).
+        check_data: Raise a `DataError` when a `$DATA/` path does not exist (False:
+            check the configuration only).
+    """
     path = recipe_path(name_or_path)
-    data = read_yaml(path)
+    data, chain = recipe_loader.compose(path)
     apply_overrides(data, overrides or [])
-    config = parse(data, str(path))
+    root, origin = recipe_loader.data_root(data_root)
+    placed = recipe_loader.place_data(data, root)  # after --set: it may name $DATA/ too
+    config = parse(data, recipe_loader.describe(chain))
+    if check_data:
+        recipe_loader.check_data(placed, root, origin)
     return config, resolved(config)
 
 

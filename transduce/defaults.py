@@ -23,3 +23,8 @@ PARALLEL_MAX_WORKERS = 8
 # and run 1.15x faster than in blocks; beyond it, blocks of target steps are recomputed in
 # the backward pass, so long sequences (inflection, words) cannot blow the memory.
 HARD_EMISSION_ELEMENTS = 1 << 25
+
+# recipes: where `$DATA/` paths point without --data-root (the environment variable
+# first, then the folder the project's checkouts sit beside)
+DATA_ROOT_ENV = "TRANSDUCE_DATA"
+DATA_ROOT = "../shared/data"

@@ -8,7 +8,7 @@ real bugs only.
 
 from __future__ import annotations
 
-from transduce.cli import analyze, decode, prepare, score, train  # noqa: F401  (register them)
+from transduce.cli import analyze, decode, prepare, recipes, score, train  # noqa: F401  (register)
 from transduce.cli.app import EXIT_USER_ERROR, app
 
 __all__ = ["EXIT_USER_ERROR", "app"]

@@ -27,7 +27,7 @@ def train_command(
         typer.Option(
             "--config",
             "-c",
-            help="A recipe file, or the name of a shipped recipe (g2p).",
+            help="A recipe file, or a shipped recipe's name (`transduce recipes` lists them).",
             show_default=False,
         ),
     ] = None,
@@ -37,6 +37,14 @@ def train_command(
             "--set",
             help="Override a setting: section.key=value (YAML value); repeatable.",
             show_default=False,
+        ),
+    ] = None,
+    data_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-root",
+            help="The folder of the recipe's $DATA/ paths (the datasets).",
+            show_default="$TRANSDUCE_DATA, else ../shared/data",
         ),
     ] = None,
     out: Annotated[
@@ -74,7 +82,7 @@ def train_command(
         if config is None:
             raise ConfigError("give --config RECIPE")
         source = config
-    cfg, _ = configuration.load(source, overrides)
+    cfg, _ = configuration.load(source, overrides, data_root)
     ui.info(f"run directory: {run_dir}")
     reporter = ConsoleReporter(ui.stderr, quiet=ui.verbosity() < ui.NORMAL)
     report = Trainer(cfg, run_dir, resume=resume, reporter=reporter).run()
