@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import inspect
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,6 +115,12 @@ def test_the_package_has_no_import_cycle():
 @pytest.mark.parametrize("module", ["transduce.inference", "transduce.cli.decode"])
 def test_decoding_does_not_import_the_trainer(module):
     assert "transduce.training" not in reachable(import_graph(), module)
+
+
+def test_reading_a_recipe_needs_no_torch():
+    """`transduce recipes`, config checks and completions stay fast: no torch import."""
+    code = "import sys, transduce.config; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_every_model_fulfils_one_contract_and_has_a_task():

@@ -41,9 +41,8 @@ from transduce.decoding import decode_all
 from transduce.errors import DataError, TransduceError
 from transduce.inference import Transducer
 from transduce.io import decode_lines, read_bytes
-from transduce.models import Seq2SeqModel
+from transduce.models import Seq2SeqModel, expect
 from transduce.monotonicity import FLOOR, MonotonicityStats, counted_positions
-from transduce.tasks.seq2seq import seq2seq_model
 
 DELTAS = (0.0, 0.5, 1.0)
 Pair = tuple[list[int], list[int]]  # the source ids and reference ids of a line
@@ -129,7 +128,7 @@ def analyze(
     batch_size: int = 64,
 ) -> dict[str, Any]:
     """The report of `analyze-monotonicity` for encoded (source, reference) id pairs."""
-    model, device = seq2seq_model(transducer.model), transducer.device
+    model, device = expect(transducer.model, Seq2SeqModel), transducer.device
     sources = [s for s, _ in pairs]
     with transducer.autocast():
         hyps = decode_all(model, sources, DecodeConfig(beam=beam, batch_size=batch_size), device)
@@ -188,7 +187,7 @@ def attention_maps(
 ) -> list[AttentionMap]:
     """The attention of the chosen `lines` (1-based) while the model reads the reference
     (`forced`) or its own greedy output."""
-    model = seq2seq_model(transducer.model)
+    model = expect(transducer.model, Seq2SeqModel)
     maps = []
     for number in lines:
         source, reference = pairs[number - 1]

@@ -22,19 +22,21 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
 
 from transduce import defaults, recipe_loader
 from transduce.errors import ConfigError, plural
-from transduce.models.base import ModelConfig
 
 # Finding, reading and composing recipe files lives in recipe_loader; these names stay
 # importable from here.
 from transduce.recipe_loader import read_yaml as read_yaml
 from transduce.recipe_loader import recipe_path as recipe_path
 from transduce.recipe_loader import shipped_recipes as shipped_recipes
+
+if TYPE_CHECKING:  # only an annotation: loading a recipe needs no torch
+    from transduce.models.base import ModelConfig
 
 S = TypeVar("S")
 
@@ -405,15 +407,17 @@ def build(cls: type, data: Any, where: str, errors: list[str]) -> Any:
 
 
 def from_flags(cls: type[S], values: dict[str, Any]) -> S:
-    """A config section from command-line options (`--beam 4` -> beam=4): checked as a
-    recipe's would be, every problem in one `ConfigError`, each naming its --flag."""
+    """A config section from command-line options (`--beam 4` -> beam=4), checked as a
+    recipe's would be; the first problem is a `ConfigError` naming the --flags, e.g.
+    "--beam must be at least 1, not 0"."""
     errors: list[str] = []
     instance = build(cls, values, "", errors)
     if errors or instance is None:
         names = sorted((f.name for f in dataclasses.fields(cls)), key=len, reverse=True)
         pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
-        flag = lambda m: "--" + m.group(1).replace("_", "-")  # noqa: E731
-        raise ConfigError("; ".join(pattern.sub(flag, e.removeprefix(".")) for e in errors))
+        problem = errors[0].removeprefix(".")  # built at the root: ".beam: must ..."
+        message = pattern.sub(lambda m: "--" + m.group(1).replace("_", "-"), problem)
+        raise ConfigError(re.sub(r"^(--[\w-]+): ", r"\1 ", message))
     return instance
 
 

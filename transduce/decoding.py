@@ -1,4 +1,4 @@
-"""Greedy and beam search over the step API of any model of the zoo.
+"""Greedy and beam search over the step API of any `Seq2SeqModel` of the zoo.
 
 Both encode once (`init_state`), then call `step` for the sentences still being decoded:
 a sentence leaves the batch as soon as it is finished, so the work shrinks with it.

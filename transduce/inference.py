@@ -32,7 +32,7 @@ class Prediction:
     """The outputs for one input line (empty for an empty line), best first."""
 
     texts: list[str] = field(default_factory=list)
-    scores: list[float | None] = field(default_factory=list)  # None: the task ranks none
+    scores: list[float] = field(default_factory=list)  # none where the task ranks none
 
 
 class Transducer:
@@ -73,7 +73,7 @@ class Transducer:
             task = make_task(config, resolved, used)
             model = task.build_model(payload["vocab"])
             model.load_state_dict(payload["model"])
-        except (KeyError, RuntimeError) as error:
+        except (KeyError, RuntimeError, ValueError) as error:
             raise CheckpointError(
                 f"{payload.get('path')}: does not fit this version of transduce ({error})"
             ) from None
@@ -138,9 +138,10 @@ class Transducer:
     def transduce(
         self,
         lines: Sequence[str],
-        options: DecodeConfig | None = None,
         path: str = "-",
         input_format: str = "raw",
+        *,
+        options: DecodeConfig | None = None,
     ) -> list[Prediction]:
         """Predict the outputs of input lines; an empty (blank) line gives an empty
         prediction. Each line is one input of the task (a tagger: the words of a sentence,
@@ -172,6 +173,6 @@ class Transducer:
         for index, candidates in zip(where, outputs):
             predictions[index] = Prediction(
                 [tokens.detokenize(c.symbols, side) for c in candidates],
-                [c.score for c in candidates],
+                [c.score for c in candidates if c.score is not None],
             )
         return predictions

@@ -1,7 +1,8 @@
 """Schedules over the updates of a run: the learning rate and the monotonicity weight.
 
-Both are functions of the update number (1-based) and, for `plateau`, of the dev scores
-seen so far; their state goes into every checkpoint so a resumed run continues them.
+Both are functions of the update number (1-based); the learning rate's `plateau` also of
+the dev scores seen so far, so its state goes into every checkpoint and a resumed run
+continues it (the monotonicity weight has no state).
 """
 
 from __future__ import annotations

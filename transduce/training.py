@@ -38,7 +38,7 @@ from transduce.precision import use_bf16
 from transduce.progress import Reporter
 from transduce.reporting import versions, write_json
 from transduce.schedules import Schedule
-from transduce.tasks import Task, TaskData, make_task
+from transduce.tasks import Task, TaskData, check_task
 
 REPORT_SCHEMA = "transduce.train/1"
 
@@ -116,9 +116,14 @@ class Trainer:
     ) -> None:
         self.config, self.run_dir, self.resume = config, Path(run_dir), resume
         self.reporter = reporter or Reporter()
-        self.device = device(config.train.device)
-        self.bf16, self._bf16_warning = use_bf16(config.train.bf16, self.device)
-        self.task = task or make_task(config, self.device, self.bf16)
+        self._bf16_warning: str | None = None
+        if task is None:
+            kind = check_task(config)  # the task's problems first, then the machine's
+            where = device(config.train.device)
+            bf16, self._bf16_warning = use_bf16(config.train.bf16, where)
+            task = kind(config, where, bf16)
+        self.task = task
+        self.device, self.bf16 = task.device, task.bf16  # batches and model on one device
         self.checkpoints = Checkpointer(self.run_dir)
         self.lower_is_better = not get_metric(config.train.select_on).higher_is_better
 
@@ -184,21 +189,20 @@ class Trainer:
         self.reporter.start(total, progress.update)
         limits = Limits(t, schedule, time.perf_counter() - progress.elapsed)
         model.train()
-        epochs: dict[int, list[list[int]]] = {}  # the batches of the current epoch
+        planned, batches = -1, []  # the epoch whose batches these are
         progress.stop = limits.reached(progress)
         while True:
             due, epoch = False, float(progress.epoch)
             if progress.stop is None:
-                if progress.epoch not in epochs:
-                    epochs = {progress.epoch: self.batches(data, progress.epoch)}
-                due, epoch = self.train_step(
-                    model, optimizer, schedule, data, epochs[progress.epoch], progress
-                )
+                if planned != progress.epoch:
+                    planned, batches = progress.epoch, self.batches(data, progress.epoch)
+                due, epoch = self.train_step(model, optimizer, schedule, data, batches, progress)
                 progress.stop = limits.reached(progress)
             # validate when due, and at the end unless this very state was validated (a
             # resumed run that met its limits at once was, when its last.pt was written)
             if due or (progress.stop is not None and progress.last_validation != progress.update):
-                self.validate(model, optimizer, schedule, data, progress, epoch, limits)
+                progress.elapsed = time.perf_counter() - limits.clock
+                self.validate(model, optimizer, schedule, data, progress, epoch)
                 progress.stop = progress.stop or limits.reached(progress)
             if progress.stop is not None:
                 break
@@ -267,11 +271,9 @@ class Trainer:
         data: TaskData,
         progress: Progress,
         epoch: float,
-        limits: Limits,
     ) -> None:
         """Dev loss and decoded dev scores; history, plateau schedule, checkpoints."""
         t = self.config.train
-        progress.elapsed = time.perf_counter() - limits.clock
         dev_loss, statistics = self.task.dev_loss(model, data)
         scores, _ = self.task.evaluate(model, data, data.dev_eval)
         score = scores[t.select_on]

@@ -24,6 +24,7 @@ from transduce.analysis import (
 from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.errors import TransduceError
+from transduce.models import Seq2SeqModel, expect
 from transduce.reporting import to_json, write_json
 
 SHADES = " .:-=+*#%@"  # the terminal heatmap, weight 0 .. 1
@@ -108,7 +109,7 @@ def analyze_command(
         _tables(result)
     if plot is not None:
         maps = attention_maps(transducer, pairs, chosen, forced)
-        names = transducer.model.attention_names
+        names = expect(transducer.model, Seq2SeqModel).attention_names
         if write_plots(maps, names, plot, Path(path).parent):
             ui.info(f"plots: {plot}")
             return

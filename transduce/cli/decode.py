@@ -83,7 +83,7 @@ def decode_command(
         ui.warn(transducer.precision_warning)
     lines = decode_lines(read_bytes(input), display(input))[0]
     start = time.perf_counter()
-    predictions = transducer.transduce(lines, options, display(input), input_format.value)
+    predictions = transducer.transduce(lines, display(input), input_format.value, options=options)
     seconds = time.perf_counter() - start
     out = sys.stdout
     for number, prediction in enumerate(predictions, 1):
@@ -93,7 +93,7 @@ def decode_command(
             out.write(f"{number}\t\t\n")
         else:
             for text, score in zip(prediction.texts, prediction.scores):
-                out.write(f"{number}\t{text}\t{'' if score is None else f'{score:.6f}'}\n")
+                out.write(f"{number}\t{text}\t{score:.6f}\n")
     out.flush()
     decoded = sum(1 for p in predictions if p.texts)
     if transducer.unknown:
@@ -108,7 +108,11 @@ def decode_command(
                 "input": input,
                 "options": {
                     "input_format": input_format.value,
-                    **configuration.to_dict(options),
+                    "beam": options.beam,
+                    "length_penalty": options.length_penalty,
+                    "nbest": options.nbest,
+                    "batch_size": options.batch_size,
+                    "max_output_length": options.max_output_length,
                     "device": str(transducer.device),
                     "bf16": transducer.bf16,
                 },

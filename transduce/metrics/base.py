@@ -123,9 +123,6 @@ class Metric(ABC):
     name: ClassVar[str]
     title: ClassVar[str]  # the metric in words, for messages: "tagging accuracy"
     higher_is_better: ClassVar[bool]
-    # scores each line with the input symbols it came from (`Corpus.sources`): a tagger's
-    # words; a sequence-to-sequence output has no such alignment
-    needs_sources: ClassVar[bool] = False
     definition: ClassVar[str]  # the exact definition, shown in the README and --help
     options: ClassVar[dict[str, Option]] = {}
     # True: `score` takes the options as `--NAME-option KEY=VALUE` (many options, passed

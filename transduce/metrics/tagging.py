@@ -96,7 +96,6 @@ class TaggingAccuracy(Metric):
     name = "tagacc"
     title = "tagging accuracy"
     higher_is_better = True
-    needs_sources = True
     definition = (
         "100 x correct tags / tokens, over all tokens (subset all), over tokens whose word is "
         "not in the training data (oov) or has more than one tag in it (ambiguous) "

@@ -15,6 +15,7 @@ from transduce.models.base import (
     State,
     Step,
     Tagger,
+    expect,
     select_state,
 )
 from transduce.registry import lookup
@@ -38,5 +39,6 @@ __all__ = [
     "Step",
     "Tagger",
     "build_model",
+    "expect",
     "select_state",
 ]

@@ -95,7 +95,8 @@ def select_state(state: State, index: Tensor) -> State:
 
 
 class Model(nn.Module, ABC):
-    """Base of the zoo. Subclasses set `name`, `Config` and `task` and implement `forward`."""
+    """Base of the zoo. A family derives from `Seq2SeqModel` or `Tagger` (which set `task`),
+    sets `name` and `Config` and implements the abstract methods."""
 
     name: ClassVar[str]
     Config: ClassVar[type[ModelConfig]]
@@ -198,6 +199,14 @@ class Tagger(Model):
 
 MODELS: dict[str, type[Model]] = {}
 M = TypeVar("M", bound=Model)
+
+
+def expect(model: Model, kind: type[M]) -> M:
+    """`model` as the kind of model the caller works with. The task registry pairs each
+    model with the task of its kind, so a mismatch is a bug (TypeError), not a user's."""
+    if not isinstance(model, kind):
+        raise TypeError(f"model {model.name} is not a {kind.__name__}")
+    return model
 
 
 def register(cls: type[M]) -> type[M]:

@@ -23,13 +23,18 @@ def task_class(config: configuration.Config) -> type[Task]:
     return lookup(TASKS, MODELS[config.model_name].task, "task")
 
 
-def make_task(config: configuration.Config, device: torch.device, bf16: bool = False) -> Task:
-    """The task of the configured model, after checking the config suits it."""
+def check_task(config: configuration.Config) -> type[Task]:
+    """The task of the configured model; a `ConfigError` if the config does not suit it."""
     cls = task_class(config)
     problems = cls.check(config)
     if problems:
-        raise ConfigError("; ".join(problems))
-    return cls(config, device, bf16)
+        raise ConfigError(problems[0])
+    return cls
 
 
-__all__ = ["TASKS", "Candidate", "Task", "TaskData", "make_task", "task_class"]
+def make_task(config: configuration.Config, device: torch.device, bf16: bool = False) -> Task:
+    """The task of the configured model, after checking the config suits it."""
+    return check_task(config)(config, device, bf16)
+
+
+__all__ = ["TASKS", "Candidate", "Task", "TaskData", "check_task", "make_task", "task_class"]

@@ -11,6 +11,7 @@ Adding a kind of work means writing a `Task` subclass and registering it in
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from transduce.data.dataset import EvalSet, Pair, Prepared, load_prepared
 from transduce.data.prepare import PrepareRequest, prepare
 from transduce.data.vocab import Vocab
 from transduce.errors import ConfigError, DataError
-from transduce.models import Model
+from transduce.models import MODELS, Model
 from transduce.precision import autocast
 
 
@@ -185,6 +186,17 @@ class Task(ABC, Generic[D]):
     def build_model(self, vocabs: dict[str, list[str]]) -> Model:
         """The configured model for these vocabularies (symbol lists by name)."""
 
+    def construct(self, vocabs: dict[str, list[str]], **sizes: int) -> Model:
+        """The configured model family with the sizes of these vocabularies (and `sizes`);
+        a model's own objection to its options is a `ConfigError`."""
+        c = self.config
+        try:
+            return MODELS[c.model_name](
+                c.model, len(vocabs["source"]), len(vocabs["target"]), **sizes
+            )
+        except ValueError as error:
+            raise ConfigError(f"model: {error}") from None
+
     def check_model(self, model: Model, data: D) -> None:
         """Raise a `ConfigError` if the data holds what the model cannot take."""
 
@@ -210,6 +222,20 @@ class Task(ABC, Generic[D]):
     def dev_loss(self, model: Model, data: D) -> tuple[float, dict[str, Any]]:
         """Teacher-forced loss per dev token, and the task's dev statistics for the
         history (e.g. monotonicity)."""
+
+    def evaluation_options(self) -> configuration.DecodeConfig:
+        """How dev and test sources are predicted: the `decode` section, one output each,
+        in batches of `train.dev_batch_size`."""
+        return dataclasses.replace(
+            self.config.decode, nbest=1, batch_size=self.config.train.dev_batch_size
+        )
+
+    def best_outputs(
+        self, model: Model, vocabs: dict[str, Vocab], sources: Sequence[Sequence[str]]
+    ) -> list[list[str]]:
+        """The best output symbols of each source, as `evaluate` scores them."""
+        predicted = self.predict(model, vocabs, sources, self.evaluation_options())
+        return [candidates[0].symbols for candidates in predicted]
 
     @abstractmethod
     def evaluate(

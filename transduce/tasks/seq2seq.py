@@ -9,7 +9,6 @@ its references, as `transduce score` would score the printed text.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,19 +24,13 @@ from transduce.decoding import decode_all
 from transduce.errors import ConfigError
 from transduce.metrics import METRICS, get_metric
 from transduce.metrics.corpus import Corpus
-from transduce.models import MODELS, Model, Seq2SeqModel
+from transduce.metrics.tagging import TaggingAccuracy
+from transduce.models import Model, Seq2SeqModel, expect
 from transduce.monotonicity import MonotonicityStats, monotonicity_loss, select_mechanisms
 from transduce.schedules import MonotonicityWeight
 from transduce.tasks.base import Candidate, Task, TaskData, encode_pairs
 
 EVAL_METRICS = ("acc", "wer", "per", "lev")
-
-
-def seq2seq_model(model: Model) -> Seq2SeqModel:
-    """`model`, known to be sequence-to-sequence (the task's models all are)."""
-    if not isinstance(model, Seq2SeqModel):
-        raise ConfigError(f"model {model.name} is not a sequence-to-sequence model")
-    return model
 
 
 class Seq2SeqTask(Task[TaskData]):
@@ -48,11 +41,10 @@ class Seq2SeqTask(Task[TaskData]):
     def __init__(self, config: configuration.Config, device: torch.device, bf16: bool) -> None:
         super().__init__(config, device, bf16)
         self.weight = MonotonicityWeight(config.loss.monotonicity)
-        self.mechanisms: list[int] = []  # the monotonicity loss's, set by `build_model`
 
     @classmethod
     def check(cls, config: configuration.Config) -> list[str]:
-        if METRICS[config.train.select_on].needs_sources:
+        if issubclass(METRICS[config.train.select_on], TaggingAccuracy):
             return [
                 f"train.select_on: {config.train.select_on} scores taggers; choose another metric"
             ]
@@ -88,15 +80,15 @@ class Seq2SeqTask(Task[TaskData]):
     # ---------------------------------------------------------------- model
 
     def build_model(self, vocabs: dict[str, list[str]]) -> Model:
-        c = self.config
-        try:
-            model = MODELS[c.model_name](c.model, len(vocabs["source"]), len(vocabs["target"]))
-        except ValueError as error:
-            raise ConfigError(f"model: {error}") from None
-        m = c.loss.monotonicity
-        names = seq2seq_model(model).attention_names
-        self.mechanisms = select_mechanisms(names, m.layers, m.heads)
+        model = self.construct(vocabs)
+        self.mechanisms(expect(model, Seq2SeqModel))  # layers and heads it has, or say so
         return model
+
+    def mechanisms(self, model: Seq2SeqModel) -> list[int]:
+        """The attention mechanisms (indices into K) of the monotonicity loss and of the
+        dev %mono: `loss.monotonicity.layers` x `heads`."""
+        m = self.config.loss.monotonicity
+        return select_mechanisms(model.attention_names, m.layers, m.heads)
 
     def check_model(self, model: Model, data: TaskData) -> None:
         """A sequence the model cannot take: say so before training."""
@@ -144,8 +136,9 @@ class Seq2SeqTask(Task[TaskData]):
         ).to(self.device)
         m = self.config.loss.monotonicity
         weight = self.weight.at(update)
+        s2s = expect(model, Seq2SeqModel)
         with self.autocast():
-            output = seq2seq_model(model)(batch)
+            output = s2s(batch)
             losses = model.loss(batch, output, self.config.loss.label_smoothing)
             if weight > 0:  # Rios et al. (2021): NLL + lambda * L_mono, eq. (4)
                 mono = monotonicity_loss(
@@ -154,7 +147,7 @@ class Seq2SeqTask(Task[TaskData]):
                     batch.source_mask,
                     batch.target_mask,
                     m.margin,
-                    self.mechanisms,
+                    self.mechanisms(s2s),
                     m.reverse,
                 )
                 losses["loss"] = losses["loss"] + weight * mono
@@ -163,12 +156,13 @@ class Seq2SeqTask(Task[TaskData]):
     def dev_loss(self, model: Model, data: TaskData) -> tuple[float, dict[str, Any]]:
         """Teacher-forced negative log-likelihood per target token, and the monotonicity
         (L_mono and %mono at the configured margin) of the selected attention mechanisms."""
-        s2s = seq2seq_model(model)
+        s2s = expect(model, Seq2SeqModel)
+        mechanisms = self.mechanisms(s2s)
         pairs = data.dev
         model.eval()
         total, count = 0.0, 0
         m = self.config.loss.monotonicity
-        names = [s2s.attention_names[k] for k in self.mechanisms]
+        names = [s2s.attention_names[k] for k in mechanisms]
         stats = MonotonicityStats(names, m.margin, m.reverse)
         lengths = [(len(s), len(t)) for s, t in pairs]
         with torch.inference_mode(), self.autocast():
@@ -181,7 +175,7 @@ class Seq2SeqTask(Task[TaskData]):
                 total += float(model.loss(batch, output)["nll"]) * tokens_
                 count += tokens_
                 stats.add(
-                    output.attention[:, self.mechanisms],
+                    output.attention[:, mechanisms],
                     batch.source,
                     batch.source_mask,
                     batch.target_mask,
@@ -193,10 +187,7 @@ class Seq2SeqTask(Task[TaskData]):
         self, model: Model, data: TaskData, evalset: EvalSet
     ) -> tuple[dict[str, float], list[list[str]]]:
         """Decode the distinct sources and score them: (scores, output symbols)."""
-        options = dataclasses.replace(
-            self.config.decode, nbest=1, batch_size=self.config.train.dev_batch_size
-        )
-        outputs = [c[0].symbols for c in self.predict(model, data.vocabs, evalset.sources, options)]
+        outputs = self.best_outputs(model, data.vocabs, evalset.sources)
         scores = score_outputs(
             outputs, evalset.references, data.prepared.sides["target"], self.metrics
         )
@@ -213,7 +204,7 @@ class Seq2SeqTask(Task[TaskData]):
     ) -> list[list[Candidate]]:
         ids = [vocabs["source"].encode(s) for s in sources]
         with self.autocast():
-            decoded = decode_all(seq2seq_model(model), ids, options, self.device)
+            decoded = decode_all(expect(model, Seq2SeqModel), ids, options, self.device)
         target = vocabs["target"]
         return [
             [Candidate(target.decode(h.tokens), h.normalized) for h in hyps] for hyps in decoded

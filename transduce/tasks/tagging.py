@@ -25,7 +25,7 @@ from transduce.errors import ConfigError, DataError
 from transduce.metrics import METRICS
 from transduce.metrics.corpus import Corpus
 from transduce.metrics.tagging import SUBSETS, Lexicon, TaggingAccuracy
-from transduce.models import MODELS, Model, Tagger
+from transduce.models import Model, Tagger, expect
 from transduce.models.base import TaggerConfig
 from transduce.special import PAD_ID
 from transduce.tasks.base import Candidate, Task, TaskData, encode_pairs
@@ -153,14 +153,10 @@ def _check_aligned(pairs: Sequence[Pair], split: str, directory: Path) -> None:
 def references(pairs: Sequence[Pair]) -> EvalSet:
     """Every sentence with its one tag sequence (sentences are not merged: a repeated
     sentence is scored each time, as a tagger's accuracy counts tokens)."""
-    return EvalSet([p.source for p in pairs], [[p.target] for p in pairs if p.target is not None])
-
-
-def tagger(model: Model) -> Tagger:
-    """`model`, known to be a tagger (the task's models all are)."""
-    if not isinstance(model, Tagger):
-        raise ConfigError(f"model {model.name} is not a tagger")
-    return model
+    tags = [p.target for p in pairs if p.target is not None]
+    if len(tags) != len(pairs):
+        raise ValueError("references: every sentence needs its tags")  # callers check
+    return EvalSet([p.source for p in pairs], [[t] for t in tags])
 
 
 class TaggingTask(Task[TaggingData]):
@@ -171,7 +167,7 @@ class TaggingTask(Task[TaggingData]):
     @classmethod
     def check(cls, config: configuration.Config) -> list[str]:
         problems = []
-        if not METRICS[config.train.select_on].needs_sources:
+        if not issubclass(METRICS[config.train.select_on], TaggingAccuracy):
             problems.append(
                 f"train.select_on: a tagger is selected on tagacc, not {config.train.select_on}"
             )
@@ -184,11 +180,11 @@ class TaggingTask(Task[TaggingData]):
         return list(TAG_METRICS)
 
     @property
-    def options(self) -> TaggerConfig:
-        """The tagger's options (the task's models all are taggers)."""
+    def tagger_config(self) -> TaggerConfig:
+        """The tagger's options (every model of this task is a `Tagger`)."""
         model = self.config.model
         if not isinstance(model, TaggerConfig):
-            raise ConfigError(f"model {self.config.model_name} is not a tagger")
+            raise TypeError(f"model {self.config.model_name} has no tagger options")
         return model
 
     # ----------------------------------------------------------------- data
@@ -199,7 +195,7 @@ class TaggingTask(Task[TaggingData]):
         kept, dev_pairs, test_pairs = splits.train, splits.dev, splits.test
         for split, pairs in (("train", kept), ("dev", dev_pairs), ("test", test_pairs)):
             _check_aligned(pairs, split, splits.prepared.directory)
-        limit = self.options.length_limit()
+        limit = self.tagger_config.length_limit()
         lexicon = Lexicon.build(
             ((p.source, p.target) for p in kept if p.target is not None), "train"
         )
@@ -213,7 +209,7 @@ class TaggingTask(Task[TaggingData]):
         else:
             source, target = Vocab(vocabs["source"]), Vocab(vocabs["target"])
             chars = Vocab(vocabs["chars"])
-        longest = self.options.max_word_length
+        longest = self.tagger_config.max_word_length
         test = (
             references(test_pairs)
             if test_pairs and all(p.target is not None for p in test_pairs)
@@ -235,20 +231,14 @@ class TaggingTask(Task[TaggingData]):
     # ---------------------------------------------------------------- model
 
     def build_model(self, vocabs: dict[str, list[str]]) -> Model:
-        c = self.config
-        try:
-            return MODELS[c.model_name](
-                c.model, len(vocabs["source"]), len(vocabs["target"]), chars=len(vocabs["chars"])
-            )
-        except (ValueError, KeyError) as error:
-            raise ConfigError(f"model: {error}") from None
+        return self.construct(vocabs, chars=len(vocabs["chars"]))
 
     def initialize(self, model: Model, data: TaggingData) -> str | None:
         """Word vectors from `model.word_vectors`, if given."""
-        vectors = self.options.word_vectors
+        vectors = self.tagger_config.word_vectors
         if not vectors:
             return None
-        found = tagger(model).load_word_vectors(vectors, data.source_vocab.symbols)
+        found = expect(model, Tagger).load_word_vectors(vectors, data.source_vocab.symbols)
         return f"word vectors: {found:,} of {len(data.source_vocab) - 5:,} words from {vectors}"
 
     # -------------------------------------------------------------- training
@@ -290,8 +280,7 @@ class TaggingTask(Task[TaggingData]):
     def evaluate(
         self, model: Model, data: TaggingData, evalset: EvalSet
     ) -> tuple[dict[str, float], list[list[str]]]:
-        options = configuration.DecodeConfig(batch_size=self.config.train.dev_batch_size)
-        outputs = [c[0].symbols for c in self.predict(model, data.vocabs, evalset.sources, options)]
+        outputs = self.best_outputs(model, data.vocabs, evalset.sources)
         refs = [alts[0] for alts in evalset.references]
         return tag_scores(outputs, refs, evalset.sources, data.lexicon), outputs
 
@@ -314,9 +303,11 @@ class TaggingTask(Task[TaggingData]):
         sources: Sequence[Sequence[str]],
         options: configuration.DecodeConfig,
     ) -> list[list[Candidate]]:
-        longest = self.options.max_word_length
+        longest = self.tagger_config.max_word_length
         chars = [encode_chars(s, vocabs["chars"], longest) for s in sources]
         words = [vocabs["source"].encode(s) for s in sources]
         with self.autocast():
-            ids = tag_sentences(tagger(model), words, chars, self.device, options.batch_size)
+            ids = tag_sentences(
+                expect(model, Tagger), words, chars, self.device, options.batch_size
+            )
         return [[Candidate(vocabs["target"].decode(i))] for i in ids]
