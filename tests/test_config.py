@@ -208,6 +208,32 @@ def test_base_merges_mappings_and_replaces_other_values(tmp_path: Path):
     assert config.train.optimizer == g2p.train.optimizer
 
 
+def test_a_local_copy_builds_on_the_shipped_recipe_of_its_name(tmp_path: Path):
+    """`./g2p.yaml` with `base: g2p` means the shipped g2p, not itself (no cycle)."""
+    local = write(tmp_path / "g2p.yaml", "base: g2p\ntrain: {batch_size: 32}\n")
+    config, resolved = configuration.load(str(local))
+    g2p, _ = configuration.load("g2p")
+    assert config.train.batch_size == 32 and config.model == g2p.model
+    write(tmp_path / "mine.yaml", "base: mine\n")  # no shipped recipe of that name: a cycle
+    with pytest.raises(ConfigError, match="cycle"):
+        configuration.load(str(tmp_path / "mine.yaml"))
+
+
+def test_a_variant_of_another_model_family_replaces_the_model_section(tmp_path: Path):
+    write(tmp_path / "base.yaml", BASE)  # an lstm with lstm-only options
+    variant = write(
+        tmp_path / "t.yaml",
+        "base: base.yaml\nmodel: {name: transformer, d_model: 32, heads: 2}\n",
+    )
+    config, resolved = configuration.load(str(variant))
+    assert resolved["model"] == {"name": "transformer", "d_model": 32, "heads": 2}
+    assert isinstance(config.model, TransformerConfig) and config.model.d_model == 32
+    assert config.train.select_on == "wer"  # the other sections still merge
+    same = write(tmp_path / "s.yaml", "base: base.yaml\nmodel: {name: lstm, dropout: 0.3}\n")
+    config, _ = configuration.load(str(same))
+    assert config.model.embedding_dim == 64 and config.model.dropout == 0.3
+
+
 def test_base_errors_are_one_line(tmp_path: Path):
     write(tmp_path / "a.yaml", "base: b.yaml\n")
     write(tmp_path / "b.yaml", "base: c\n")

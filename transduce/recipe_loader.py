@@ -155,21 +155,37 @@ def compose(path: Path) -> tuple[dict[str, Any], list[Path]]:
         layers.append(layer)
         if BASE not in layer:
             break
-        current = _base_file(layer.pop(BASE), current)
+        current = _base_file(layer.pop(BASE), current, chain)
     data: dict[str, Any] = {}
     for layer in reversed(layers):
-        data = merge(data, layer)
+        data = merge(_without_other_family(data, layer), layer)
     return data, chain
 
 
-def _base_file(base: Any, naming: Path) -> Path:
-    """The file of `base`, named in the recipe `naming`."""
+def _without_other_family(base: dict[str, Any], variant: dict[str, Any]) -> dict[str, Any]:
+    """`base` without its `model` section when `variant` names another model family: the
+    options of one family mean nothing to another, so the variant's `model` stands alone."""
+    model, theirs = base.get("model"), variant.get("model")
+    if isinstance(model, dict) and isinstance(theirs, dict):
+        if "name" in theirs and theirs["name"] != model.get("name"):
+            return {k: v for k, v in base.items() if k != "model"}
+    return base
+
+
+def _base_file(base: Any, naming: Path, chain: list[Path]) -> Path:
+    """The file of `base`, named in the recipe `naming`: a file beside it, else a shipped
+    recipe. A file already in the `chain` is passed over for the shipped recipe of that
+    name, so a local `g2p.yaml` can say `base: g2p` to build on the shipped one."""
     if not isinstance(base, str) or not base.strip():
         raise ConfigError(f"{naming}: base: expected a recipe path or name, got {base!r}")
     relative = naming.parent / base
-    for candidate in (relative, relative.with_name(relative.name + SUFFIX)):
+    seen = {p.resolve() for p in chain}
+    candidates = (relative, relative.with_name(relative.name + SUFFIX))
+    for candidate in candidates:
         if candidate.is_file():
-            return candidate
+            if candidate.resolve() not in seen or shipped_recipe(base) is None:
+                return candidate
+            break
     shipped = shipped_recipe(base)
     if shipped is not None:
         return shipped

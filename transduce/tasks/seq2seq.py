@@ -108,17 +108,18 @@ class Seq2SeqTask(Task[TaskData]):
                     if split == "train"
                     else f"shorten the {split} split"
                 )
+                option = self.config.model.length_option
+                fix = f"raise model.{option}, or {hint}" if option else hint
                 raise ConfigError(
                     f"model: the {split} split has a sequence of {length} positions, more "
-                    f"than the model takes ({limit}): raise "
-                    f"model.{self.config.model.length_option}, or {hint}"
+                    f"than the model takes ({limit}): {fix}"
                 )
 
     def warnings(self) -> list[str]:
         c = self.config
         if c.loss.monotonicity.weight > 0 and c.model.cross_attention_dropout > 0:
             return [
-                "loss.monotonicity.weight > 0 with model.attention_dropout > 0: "
+                "loss.monotonicity.weight > 0 with dropout on the cross-attention weights: "
                 "Rios et al. (2021) found this combination reaches a degenerate optimum"
             ]
         return []
