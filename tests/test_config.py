@@ -211,7 +211,7 @@ def test_base_merges_mappings_and_replaces_other_values(tmp_path: Path):
 def test_a_local_copy_builds_on_the_shipped_recipe_of_its_name(tmp_path: Path):
     """`./g2p.yaml` with `base: g2p` means the shipped g2p, not itself (no cycle)."""
     local = write(tmp_path / "g2p.yaml", "base: g2p\ntrain: {batch_size: 32}\n")
-    config, resolved = configuration.load(str(local))
+    config, _ = configuration.load(str(local))
     g2p, _ = configuration.load("g2p")
     assert config.train.batch_size == 32 and config.model == g2p.model
     write(tmp_path / "mine.yaml", "base: mine\n")  # no shipped recipe of that name: a cycle

@@ -166,9 +166,10 @@ def _without_other_family(base: dict[str, Any], variant: dict[str, Any]) -> dict
     """`base` without its `model` section when `variant` names another model family: the
     options of one family mean nothing to another, so the variant's `model` stands alone."""
     model, theirs = base.get("model"), variant.get("model")
-    if isinstance(model, dict) and isinstance(theirs, dict):
-        if "name" in theirs and theirs["name"] != model.get("name"):
-            return {k: v for k, v in base.items() if k != "model"}
+    if not isinstance(model, dict) or not isinstance(theirs, dict) or "name" not in theirs:
+        return base
+    if theirs["name"] != model.get("name"):
+        return {k: v for k, v in base.items() if k != "model"}
     return base
 
 
