@@ -13,13 +13,16 @@ ALPHABET = "abcdefg"
 
 # What "learned a toy task" means, for every toy-learning test. A toy task has 51 dev and
 # 51 test words (one word is 2 points); an untrained model gets 0-8% of them. Trained with
-# these recipes, every model scored a best dev accuracy of at least 86 and a test accuracy
-# of at least 84 over seeds 1-4 (AMD Zen 3 with AVX2, as measured for issue 14), while one
-# seed's trajectory differs between CPUs and BLAS kernels (one machine got 78.4 where
-# another got 88). The bars sit far above chance and some words below the worst seen, so
-# that they test learning, not one seed's luck.
+# these recipes over seeds 1-4, each of the 11 toy-learning configurations scored a best
+# dev accuracy of at least 86 and a test accuracy of at least 84 on AMD Zen 3 (AVX2); on
+# AMD Zen 4, with its AVX-512 kernels and with ATEN_CPU_CAPABILITY=avx2 (88 runs), at
+# least 90 on dev and 78 on test (lstm-reverse, seed 1: dev 96, test 78.4; the next lowest
+# test score was 80). One seed's trajectory differs between CPUs and kernels (the same
+# seed got 92 with the avx2 kernels), and the best dev checkpoint of 51 words can miss
+# several test words, so the bars sit far below the worst seen and far above chance: they
+# test learning, not one seed's luck.
 DEV_BAR = 80.0
-TEST_BAR = 70.0
+TEST_BAR = 60.0
 
 
 def toy_threads() -> int:
