@@ -73,6 +73,33 @@ def test_unequal_lengths_and_a_half_monotone_output():
     assert stats_of(matrix, 0.0) == (pytest.approx((0.5 / 4) / 3), pytest.approx(50.0))
 
 
+def test_sentences_summed_is_batch_size_times_tokens_with_equal_lengths():
+    """The issue's case: B = 20 sentences of equal length, the authors' normalization
+    (each sentence's costs / its |Y|, summed over the batch) is exactly 20 times ours."""
+    torch.manual_seed(0)
+    attention = torch.softmax(torch.randn(20, 2, 6, 5, dtype=torch.double), dim=-1)
+    source = torch.full((20, 5), 7)
+    target_mask = torch.ones(20, 6, dtype=torch.bool)
+    args = (attention, source, source != 0, target_mask, 0.0, [0, 1])
+    ours = monotonicity_loss(*args)
+    theirs = monotonicity_loss(*args, normalize="sentences_summed")
+    assert float(ours) > 0 and float(theirs) == pytest.approx(20 * float(ours))
+
+
+def test_sentences_summed_by_hand_with_unequal_lengths():
+    # sentence 1: REVERSED (|Y| = 3): costs 1/3 + 1/3; sentence 2: the first two steps of
+    # REVERSED and one padded step (|Y| = 2): cost 1/3
+    attention = torch.stack([REVERSED, REVERSED]).double()[:, None]  # 2 x 1 x 3 x 3
+    source = torch.full((2, 3), 7)
+    target_mask = torch.tensor([[True, True, True], [True, True, False]])
+    args = (attention, source, source != 0, target_mask, 0.0, [0])
+    assert float(monotonicity_loss(*args)) == pytest.approx((2 / 3 + 1 / 3) / 5)
+    summed = monotonicity_loss(*args, normalize="sentences_summed")
+    assert float(summed) == pytest.approx((2 / 3) / 3 + (1 / 3) / 2)
+    with pytest.raises(ValueError, match="normalize"):
+        monotonicity_loss(*args, normalize="batch")
+
+
 def test_padding_is_left_out():
     # item 1: the diagonal of 2 x 2 inside a 3 x 3 padded batch; item 2: reversed 3 x 3
     attention = torch.zeros(2, 1, 3, 3, dtype=torch.float64)
@@ -156,6 +183,23 @@ def test_training_with_the_loss_raises_percent_mono(tmp_path: Path):
         runs[weight] = report["history"][-1]["dev_monotonicity"]["overall"]
     assert runs[10.0]["mono"] > runs[0.0]["mono"] + 30, runs
     assert runs[10.0]["loss"] < runs[0.0]["loss"] / 2, runs
+
+
+def test_the_recipe_normalization_reaches_the_training_loss(tmp_path: Path, monkeypatch):
+    import transduce.tasks.seq2seq as seq2seq
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(args[7:] + tuple(kwargs.values()))
+        return monotonicity_loss(*args, **kwargs)
+
+    monkeypatch.setattr(seq2seq, "monotonicity_loss", spy)
+    task = write_task(tmp_path, "copy", n=60)
+    data = recipe(task, TINY_LSTM, max_updates=2, validate_every=2)
+    data["loss"] = {"monotonicity": {"weight": 0.1, "normalize": "sentences_summed"}}
+    Trainer(configuration.parse(data), tmp_path / "run").run()
+    assert seen and all(call[-1] == "sentences_summed" for call in seen), seen
 
 
 def test_separator_centred_positions():

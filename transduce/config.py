@@ -122,6 +122,10 @@ class MonotonicityConfig:
     until: int | None = None  # updates: the end of the decay, or the step
     factor: float = 0.0  # step: the weight after `until`, as a fraction
     reverse: bool = False
+    # how a batch's costs become L_mono (transduce.monotonicity.monotonicity_loss): per
+    # target token of the batch, as §3 says, or per sentence's |Y| and summed over the
+    # batch, as the authors' Sockeye runs computed it (about batch-size times stronger)
+    normalize: Literal["tokens", "sentences_summed"] = "tokens"
 
     def check(self) -> list[str]:
         problems: list[str] = []

@@ -17,7 +17,9 @@ Definitions, shared by the training loss, the dev statistics in train.json and
   i = 1 .. |Y| - 1; with `reverse` (footnote 2), a_{i+1} and a_i swap places.
 - **L_mono** of a batch: the sum of c_i over every pair of every sequence, divided by the
   number of target tokens (EOS included), like the cross-entropy; for several mechanisms,
-  the mean over the selected ones.
+  the mean over the selected ones. The training loss can instead divide each sentence's
+  sum by its own |Y| and sum over the batch, as the authors' runs did
+  (`monotonicity_loss(normalize="sentences_summed")`); the dev statistics stay per token.
 - **%mono**: 100 x the share of pairs with c_i = 0, i.e. whose mean position rises by at
   least delta |X| / |Y| (up to 1e-6 |X|, for rounding). The denominator is the number of
   pairs, so a perfectly monotone output reaches 100.
@@ -114,6 +116,9 @@ def _terms(
     return terms, pairs, x
 
 
+NORMALIZATIONS = ("tokens", "sentences_summed")
+
+
 def monotonicity_loss(
     attention: Tensor,
     source: Tensor,
@@ -122,13 +127,28 @@ def monotonicity_loss(
     delta: float,
     mechanisms: list[int],
     reverse: bool = False,
+    normalize: str = "tokens",
 ) -> Tensor:
-    """L_mono of a batch (eq. 4, per target token), averaged over `mechanisms` (indices
-    into K): a scalar with gradients."""
+    """L_mono of a batch (eq. 4), averaged over `mechanisms` (indices into K): a scalar
+    with gradients.
+
+    `normalize` says how the costs c_i of the batch become one number:
+    - `tokens` (§3 of the paper: "we normalize the cost by the number of tokens in a
+      batch"): the sum of every c_i of the batch / the batch's target tokens;
+    - `sentences_summed` (the authors' Sockeye runs: each sentence's sum of c_i / its own
+      |Y|, and these summed over the batch, since Sockeye's MakeLoss leaves the vector
+      unnormalized): B times `tokens` when every sentence has the same |Y|, so a weight
+      lambda means about B times more here.
+    """
     terms, pairs = pairwise_costs(
         attention[:, mechanisms], source, source_mask, target_mask, delta, reverse
     )
     costs = terms.clamp(min=0) * pairs.unsqueeze(1)  # B x K' x (T-1)
+    if normalize == "sentences_summed":
+        lengths = target_mask.sum(dim=1).clamp(min=1).to(costs.dtype)  # |Y| per sentence
+        return (costs.sum(dim=2) / lengths[:, None]).sum(dim=0).mean()
+    if normalize != "tokens":
+        raise ValueError(f"normalize: one of {', '.join(NORMALIZATIONS)}, not {normalize!r}")
     tokens = target_mask.sum().clamp(min=1)
     return costs.sum(dim=(0, 2)).mean() / tokens
 

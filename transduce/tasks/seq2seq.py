@@ -150,6 +150,7 @@ class Seq2SeqTask(Task[TaskData]):
                     m.margin,
                     self.mechanisms(s2s),
                     m.reverse,
+                    m.normalize,
                 )
                 losses["loss"] = losses["loss"] + weight * mono
         return losses["loss"]
