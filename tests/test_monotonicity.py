@@ -237,6 +237,38 @@ def test_drophead_drops_whole_heads_and_rescales():
     assert torch.equal(layer.eval()(x), x)
 
 
+def test_drophead_inverse_keep_scales_by_one_over_keep_probability():
+    """The authors' Sockeye fork: kept heads x 1 / (1 - p) (p = 0.2: 1.25), whatever the
+    number kept; ours: x H / kept (4 heads, 3 kept: 4/3)."""
+    from transduce.models.transformer import DropHead
+
+    x = torch.ones(4000, 4, 3, 2)
+    torch.manual_seed(0)
+    theirs = DropHead(0.2, "inverse_keep").train()(x)[:, :, 0, 0]
+    torch.manual_seed(0)
+    ours = DropHead(0.2).train()(x)[:, :, 0, 0]
+    assert torch.equal(theirs > 0, ours > 0)  # the same heads dropped
+    assert torch.allclose(theirs[theirs > 0], torch.tensor(1.25))
+    three = (ours > 0).sum(dim=1) == 3
+    assert three.any() and torch.allclose(ours[three][ours[three] > 0], torch.tensor(4 / 3))
+    with pytest.raises(ValueError, match="drophead_scale"):
+        DropHead(0.2, "kept")
+
+
+def test_the_drophead_scale_reaches_every_attention_of_the_transformer():
+    from transduce.models import build_model
+    from transduce.models.transformer import DropHead, TransformerConfig
+
+    for scale in ("heads", "inverse_keep"):
+        config = TransformerConfig(
+            encoder_layers=1, decoder_layers=1, d_model=16, heads=2, feedforward=32,
+            drophead=0.2, drophead_scale=scale,
+        )  # fmt: skip
+        model = build_model("transformer", config, 10, 10)
+        layers = [m for m in model.modules() if isinstance(m, DropHead)]
+        assert len(layers) == 3 and {m.scale for m in layers} == {scale}
+
+
 def test_warning_for_the_loss_with_attention_dropout(tmp_path: Path):
     from transduce.progress import Reporter
 

@@ -104,18 +104,30 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(b, t, h * d)  # B x T x D
 
 
+DROPHEAD_SCALES = ("heads", "inverse_keep")
+
+
 class DropHead(nn.Module):
     """DropHead (Zhou et al. 2020): in training, zero each head's output B x H x T x Dh with
-    probability p per example and rescale the kept heads by H / kept (0 if none is kept)."""
+    probability p per example and rescale the kept heads.
 
-    def __init__(self, p: float) -> None:
+    `scale`: `heads`, by H / kept (Zhou et al.; 0 if none is kept), so the heads' sum keeps
+    its size in every example; `inverse_keep`, by 1 / (1 - p) as dropout does, as the
+    Sockeye fork of Rios et al. (2021) ran it, so the sum keeps its size on average.
+    """
+
+    def __init__(self, p: float, scale: str = "heads") -> None:
         super().__init__()
-        self.p = p
+        if scale not in DROPHEAD_SCALES:
+            raise ValueError(f"drophead_scale: one of {', '.join(DROPHEAD_SCALES)}, not {scale!r}")
+        self.p, self.scale = p, scale
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0:
             return x
         keep = (torch.rand(x.shape[0], x.shape[1], 1, 1, device=x.device) >= self.p).to(x.dtype)
+        if self.scale == "inverse_keep":
+            return x * keep / (1 - self.p)
         kept = keep.sum(dim=1, keepdim=True)  # B x 1 x 1 x 1
         return x * keep * (x.shape[1] / kept.clamp(min=1))
 
@@ -234,6 +246,7 @@ class SelfAttention(nn.Module):
         heads: H (d_h = D / H).
         dropout: On the attention weights.
         drophead: DropHead probability on the heads' outputs.
+        drophead_scale: How DropHead rescales the kept heads (`DropHead`).
         bias: Biases in the q/k/v projections (the SAN of the paper has none).
         project: An output projection W_o after the heads (the transformer's); without it
             the heads' outputs are concatenated (the paper's SAN, §2.2).
@@ -250,6 +263,7 @@ class SelfAttention(nn.Module):
         dropout: float = 0.0,
         drophead: float = 0.0,
         *,
+        drophead_scale: str = "heads",
         bias: bool = True,
         project: bool = True,
         positions: str | None = None,
@@ -261,7 +275,7 @@ class SelfAttention(nn.Module):
         self.heads, self.dropout = heads, dropout
         self.qkv = nn.Linear(dim, 3 * dim, bias=bias)
         self.out = nn.Linear(dim, dim) if project else None
-        self.drophead = DropHead(drophead)
+        self.drophead = DropHead(drophead, drophead_scale)
         if (positions is not None or conv == "conv1d") and length is None:
             raise ValueError("direct positions and conv1d need a maximum length t")
         self.positions = (

@@ -58,6 +58,9 @@ class TransformerConfig(AttentionOptions, ModelConfig):
     # DropHead (Zhou et al. 2020): in training, each head of every attention is dropped with
     # this probability for each example, the kept heads rescaled by heads / kept
     drophead: float = 0.0
+    # how DropHead rescales the kept heads: `heads` (H / kept, Zhou et al.) or
+    # `inverse_keep` (1 / (1 - drophead), as the Sockeye fork of Rios et al. ran it)
+    drophead_scale: Literal["heads", "inverse_keep"] = "heads"
     activation_dropout: float = 0.0  # inside the feed-forward block
     norm: Literal["pre", "post"] = "pre"
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
@@ -175,14 +178,21 @@ class Positions(nn.Module):
 class CrossAttention(nn.Module):
     """Multi-head attention over the encoder states, on the explicit path (weights kept)."""
 
-    def __init__(self, dim: int, heads: int, dropout: float, drophead: float = 0.0) -> None:
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        dropout: float,
+        drophead: float = 0.0,
+        drophead_scale: str = "heads",
+    ) -> None:
         super().__init__()
         self.heads = heads
         self.query = nn.Linear(dim, dim)
         self.kv = nn.Linear(dim, 2 * dim)
         self.out = nn.Linear(dim, dim)
         self.drop = Dropout(dropout)
-        self.drophead = DropHead(drophead)
+        self.drophead = DropHead(drophead, drophead_scale)
 
     def memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of the encoder states, B x H x S x Dh each (computed once)."""
@@ -233,6 +243,7 @@ class EncoderLayer(nn.Module):
             c.heads,
             c.attention_dropout,
             c.drophead,
+            drophead_scale=c.drophead_scale,
             length=c.max_positions,
             **c.attention_kwargs(layer),  # type: ignore[arg-type]
         )
@@ -251,8 +262,12 @@ class DecoderLayer(nn.Module):
     def __init__(self, c: TransformerConfig) -> None:
         super().__init__()
         pre = c.norm == "pre"
-        self.self_attention = SelfAttention(c.d_model, c.heads, c.attention_dropout, c.drophead)
-        self.cross_attention = CrossAttention(c.d_model, c.heads, c.attention_dropout, c.drophead)
+        self.self_attention = SelfAttention(
+            c.d_model, c.heads, c.attention_dropout, c.drophead, drophead_scale=c.drophead_scale
+        )
+        self.cross_attention = CrossAttention(
+            c.d_model, c.heads, c.attention_dropout, c.drophead, c.drophead_scale
+        )
         self.feedforward = FeedForward(c.d_model, c.feedforward, c.activation_dropout)
         self.subs = nn.ModuleList(Sublayer(c.d_model, c.dropout, pre) for _ in range(3))
 
