@@ -64,7 +64,7 @@ def reference(model, queries, memory, mask):
         p = -1.0  # p_0 = 0, 1-based
         for t in range(T):
             log_scale = 0.0
-            if a.type == "local_m":
+            if a.type in ("local_m", "local_m_gaussian"):
                 delta = 1.0
             else:
                 z = torch.tanh(local.hidden.weight @ queries[b, t] + local.hidden.bias)
@@ -83,7 +83,8 @@ def reference(model, queries, memory, mask):
             total = sum(math.exp(scores[b, t, s]) for s in window)
             for s in window:
                 a_s = 1.0 if a.scorer == "none" else math.exp(scores[b, t, s]) / total
-                a_n = math.exp(log_scale) * math.exp(-((s - p) ** 2) / (2 * sigma**2))
+                gaussian = math.exp(-((s - p) ** 2) / (2 * sigma**2))
+                a_n = math.exp(log_scale) * (1.0 if a.type == "local_m" else gaussian)
                 weights[b, t, s] = a_n * a_s
                 context[b, t] += a_n * a_s * memory[b, s]
     return centres, context, weights / weights.sum(-1, keepdim=True)
@@ -99,7 +100,35 @@ CASES = {
     ),
     "exp-unscaled": AttentionConfig(type="local_monotonic", scorer="mlp", scale=False, window=1),
     "local-m-mlp": AttentionConfig(type="local_m", scorer="mlp", window=1),
+    "local-m-gaussian-bilinear": AttentionConfig(type="local_m_gaussian", window=2, sigma=0.8),
 }
+
+
+def test_local_m_is_luongs_plain_window_and_the_gaussian_has_its_own_name():
+    """Equal scores, D = 2, the centre on a middle position: Luong's local-m gives each of
+    the 5 window positions 0.2; the Gaussian (sigma = D/2 = 1) gives exp(-d^2 / 2)
+    normalized: [0.054, 0.244, 0.403, 0.244, 0.054] (the issue's case)."""
+    weights = {}
+    for kind in ("local_m", "local_m_gaussian"):
+        model = model_with(AttentionConfig(type=kind, scorer="none", window=2))
+        memory, mask = torch.randn(1, 9, MEMORY, dtype=torch.float64), torch.ones(1, 9).bool()
+        queries = torch.randn(1, 5, H, dtype=torch.float64)
+        last = model._last(mask).unsqueeze(1)
+        p, _ = model.local.positions(queries, last)  # 0-based centres 0..4
+        keys = model.attention.keys(memory)
+        _, attention = model.local.attend(model.attention, queries, keys, memory, p, last, None)
+        weights[kind] = attention[0, 4, 2:7]  # step 5: centre at position 4 (0-based)
+    assert torch.allclose(weights["local_m"], torch.full((5,), 0.2, dtype=torch.float64))
+    g = torch.tensor([math.exp(-(d**2) / 2) for d in (-2, -1, 0, 1, 2)], dtype=torch.float64)
+    assert torch.allclose(weights["local_m_gaussian"], g / g.sum())
+    assert torch.allclose(
+        weights["local_m_gaussian"],
+        torch.tensor([0.054, 0.244, 0.403, 0.244, 0.054], dtype=torch.float64),
+        atol=5e-4,
+    )
+    plain = {"name": "lstm", "attention": {"type": "local_m", "sigma": 1.0}}
+    with pytest.raises(configuration.ConfigError, match="local_m .*has no Gaussian"):
+        configuration.parse({"data": {"prepared": "x"}, "model": plain})
 
 
 @pytest.fixture(params=["gather", "dense"])

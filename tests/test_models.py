@@ -90,7 +90,16 @@ VARIANTS = {
             embedding_dim=8,
             encoder_size=6,
             decoder_size=12,
-            attention=AttentionConfig(type="local_m", scorer="dot", window=1, sigma=2.0),
+            attention=AttentionConfig(type="local_m_gaussian", scorer="dot", window=1, sigma=2.0),
+        ),
+    ),
+    "lstm-local-m-plain-mlp": (
+        "lstm",
+        LSTMConfig(
+            embedding_dim=8,
+            encoder_size=6,
+            decoder_size=7,
+            attention=AttentionConfig(type="local_m", scorer="mlp", window=1),
         ),
     ),
     "hard-exact": (

@@ -74,6 +74,33 @@ def test_resume_after_the_stop_trains_no_further(tasks, tmp_path: Path):
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+def test_resume_with_other_model_options_is_refused_before_anything_is_written(
+    tasks, tmp_path: Path
+):
+    data = recipe(tasks["copy"], TINY_LSTM, max_updates=4, validate_every=2)
+    train(tmp_path / "run", data)
+    saved = (tmp_path / "run" / "config.yaml").read_text(encoding="utf-8")
+    before = (tmp_path / "run" / checkpoint.LAST).read_bytes()
+    other = recipe(tasks["copy"], {**TINY_LSTM, "encoder_size": 64}, max_updates=8)
+    with pytest.raises(ConfigError, match=r"last.pt: the run was trained with model.encoder_size"):
+        train(tmp_path / "run", other, resume=True)
+    assert (tmp_path / "run" / "config.yaml").read_text(encoding="utf-8") == saved
+    assert (tmp_path / "run" / checkpoint.LAST).read_bytes() == before
+
+
+def test_a_local_m_checkpoint_of_transduce_0_2_reads_as_local_m_gaussian():
+    payload = {
+        "config": {"model": {"name": "lstm", "attention": {"type": "local_m", "window": 2}}},
+        "versions": {"transduce": "0.2.0"},
+    }
+    assert checkpoint.upgrade(payload)["config"]["model"]["attention"]["type"] == (
+        "local_m_gaussian"
+    )
+    payload["config"]["model"]["attention"]["type"] = "local_m"
+    payload["versions"]["transduce"] = "0.3.0"
+    assert checkpoint.upgrade(payload)["config"]["model"]["attention"]["type"] == "local_m"
+
+
 def test_checkpoints_and_report(tasks, tmp_path: Path):
     run = tmp_path / "run"
     report = train(run, recipe(tasks["copy"], TINY_LSTM, max_updates=30, validate_every=10))

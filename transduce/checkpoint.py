@@ -55,6 +55,22 @@ def load(path: str | Path) -> dict[str, Any]:
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a transduce checkpoint (format {FORMAT} expected)")
     payload["path"] = str(path)
+    return upgrade(payload)
+
+
+def _version(payload: dict[str, Any]) -> tuple[int, ...]:
+    """The transduce version that wrote a checkpoint, (0,) if it says none."""
+    text = str((payload.get("versions") or {}).get("transduce") or "0")
+    return tuple(int(part) for part in text.split(".") if part.isdigit()) or (0,)
+
+
+def upgrade(payload: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint of an older transduce, its config in today's terms (the same model):
+    before 0.3, `attention.type: local_m` had the Gaussian that is now `local_m_gaussian`."""
+    attention = (payload.get("config") or {}).get("model", {}).get("attention")
+    old = _version(payload) < (0, 3) and isinstance(attention, dict)
+    if old and attention.get("type") == "local_m":
+        attention["type"] = "local_m_gaussian"
     return payload
 
 

@@ -173,6 +173,20 @@ class Trainer:
             self.reporter.message(f"resuming at update {progress.update}, epoch {progress.epoch}")
         return data, model, optimizer, schedule, progress
 
+    def _check_same_model(self, state: dict[str, Any]) -> None:
+        """The model a resumed run was trained as must be the configured one: its options
+        shape the weights and what they compute (e.g. `local_m` of transduce < 0.3 is
+        `local_m_gaussian` now, `checkpoint.upgrade`). A `ConfigError` names the option."""
+        trained = state["config"].get("model", {})
+        wanted = configuration.resolved(self.config)["model"]
+        for key in sorted(set(trained) | set(wanted)):
+            if trained.get(key) != wanted.get(key):
+                raise ConfigError(
+                    f"{state['path']}: the run was trained with model.{key} "
+                    f"{trained.get(key)!r}, not {wanted.get(key)!r}; resume with the same "
+                    f"model options (--set model.{key}=...)"
+                )
+
     # -------------------------------------------------------------------- loop
 
     def run(self) -> dict[str, Any]:
@@ -181,6 +195,8 @@ class Trainer:
         start_time = time.perf_counter()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         state = self.checkpoints.resume_state() if self.resume else None
+        if state is not None:
+            self._check_same_model(state)
         atomic_write_text(self.run_dir / "config.yaml", _yaml(configuration.resolved(self.config)))
         data, model, optimizer, schedule, progress = self.setup(state)
         total = t.max_updates

@@ -24,10 +24,14 @@ and the centre moves forward only: p_t = min(p_{t-1} + delta_p_t, |x|), from p_0
 first step of 1 lands on the first symbol (as local-m's p_1 = 1), and the centre stops at
 the last real symbol instead of running past the source (where no state is left to read).
 
-**local_m** (Luong et al. 2015, the paper's baseline): p_t = t (the same recursion with
-delta_p_t = 1, stopping at |x|); no position network, lambda_t = 1.
+**local_m** (Luong et al. 2015, §3.2's local-m, Tjandra's baseline): p_t = t (the same
+recursion with delta_p_t = 1, stopping at |x|); no position network, lambda_t = 1, and no
+Gaussian: the weights are the scorer's softmax over the window alone (Luong puts the
+Gaussian in local-p only), a^N_t(s) = 1 below. **local_m_gaussian**: the same centres with
+the Gaussian of eq. (8) (sigma = D/2 unless set), what `local_m` meant before transduce
+0.3.
 
-**The window and the weights** (eqs. 8-10), for both local types. With D = `window` (the
+**The window and the weights** (eqs. 8-10), for every local type. With D = `window` (the
 paper's 2 sigma; Luong's D) the window is the real positions s with |s - floor(p_t)| <= D,
 where floor(p_t) is kept within [1, |x|], so it never is empty. Then
 
@@ -60,10 +64,10 @@ class AttentionConfig:
     """`model.attention` of the lstm family; a bare scorer name (`attention: mlp`) is short
     for `{type: global, scorer: mlp}`."""
 
-    type: Literal["global", "local_m", "local_monotonic"] = "global"
+    type: Literal["global", "local_m", "local_m_gaussian", "local_monotonic"] = "global"
     scorer: Literal["dot", "general", "bilinear", "mlp", "none"] = "general"
     window: int = 2  # D: positions floor(p_t) - D .. floor(p_t) + D (the paper's 2 sigma)
-    sigma: float | None = None  # of the Gaussian, eq. (8); default D / 2
+    sigma: float | None = None  # of the Gaussian, eq. (8); default D / 2 (not in local_m)
     position: Literal["exp", "softplus", "constrained"] = "exp"  # delta_p_t: eq. 6, -, eq. 5
     max_step: float = 5.0  # C_max of eq. (5), `position: constrained` only
     scale: bool = True  # lambda_t of eq. (7) (local_monotonic)
@@ -73,6 +77,11 @@ class AttentionConfig:
         problems = []
         if self.scorer == "none" and self.type == "global":
             problems.append("scorer: none needs a local type (local_m or local_monotonic)")
+        if self.sigma is not None and self.type == "local_m":
+            problems.append(
+                "sigma: local_m (Luong et al.) has no Gaussian; "
+                "type local_m_gaussian multiplies the window by one"
+            )
         if self.window < 1:
             problems.append(f"window: must be at least 1, not {self.window}")
         if self.sigma is not None and self.sigma <= 0:
@@ -143,6 +152,7 @@ class LocalAttention(nn.Module):
         super().__init__()
         self.config = config
         self.sigma = config.sigma if config.sigma is not None else config.window / 2
+        self.gaussian = config.type != "local_m"  # a^N of eq. (8); Luong's local-m has none
         offsets = torch.arange(-config.window, config.window + 1, dtype=torch.float32)
         self.register_buffer("offsets", offsets, persistent=False)  # W = 2D + 1
         if config.type == "local_monotonic":
@@ -153,7 +163,7 @@ class LocalAttention(nn.Module):
     def moves(self, queries: Tensor) -> tuple[Tensor, Tensor | None]:
         """delta_p_t and log lambda_t (None: lambda_t = 1) for decoder states ... x H:
         ... each, in float32 (or float64) whatever the autocast (eqs. 5-7)."""
-        if self.config.type == "local_m":
+        if self.config.type in ("local_m", "local_m_gaussian"):
             return wide(queries.new_ones(queries.shape[:-1])), None
         z = wide(self.project(torch.tanh(self.hidden(queries))))  # ... x 1 or 2
         u = z[..., 0]
@@ -228,6 +238,8 @@ class LocalAttention(nn.Module):
         """a^N a^S (eqs. 8-9) and its normalization over the window, at `positions`
         B x T x N (N: the window or the whole source) where `valid`; 0 elsewhere."""
         log_weights = -((positions - p.unsqueeze(-1)) ** 2) / (2 * self.sigma**2)  # eq. (8)
+        if not self.gaussian:  # local_m: a^N = 1
+            log_weights = torch.zeros_like(log_weights)
         if scores is not None:  # else a^S = 1
             scores = wide(scores).masked_fill(~valid, float("-inf"))
             log_weights = log_weights + torch.log_softmax(scores, dim=-1)  # eqs. (2), (9)

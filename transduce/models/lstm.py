@@ -7,9 +7,9 @@ Attention (eq. 6): alpha_j(i) = softmax_j(e_ij), with the score e_ij
     dot:      h_i^T h_j                      (needs decoder_size = 2 * encoder_size)
     general:  h_i^T T h_j, T in R^{d_h x 2d_h}  (eq. 7; "bilinear" is the same scorer)
     mlp:      v^T tanh(W_q h_i + W_k h_j)     (Bahdanau et al. 2015)
-Context (eq. 13): c_i = sum_j alpha_j(i) h_j. Or, with `attention.type: local_monotonic`
-or `local_m`, the local attention of Tjandra et al. (2017) over a window of the source
-(see `transduce.models.attention`).
+Context (eq. 13): c_i = sum_j alpha_j(i) h_j. Or, with `attention.type: local_monotonic`,
+`local_m` or `local_m_gaussian`, the local attention of Tjandra et al. (2017) or Luong et
+al.'s (2015) local-m over a window of the source (see `transduce.models.attention`).
 Output (eqs. 8-9, 12): p(y_i | y_<i, x) = softmax(W f(h_i, c_i)), f = tanh(S (h_i ⊕ c_i)),
 S in R^{d_s x 3d_h}; d_s = decoder_size + 2 * encoder_size unless `output_size` is set.
 
@@ -50,7 +50,7 @@ class LSTMConfig(ModelConfig):
     encoder_size: int = 400  # per direction
     decoder_layers: int = 1
     decoder_size: int = 400
-    # type (global, local_m, local_monotonic), scorer and window: see models/attention.py;
+    # type (global, local_m, local_m_gaussian, local_monotonic), scorer, window: attention.py;
     # a bare scorer name (dot, general, bilinear, mlp) is a global attention with it
     attention: AttentionConfig | Literal["dot", "general", "bilinear", "mlp"] = field(
         default_factory=AttentionConfig
