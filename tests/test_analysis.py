@@ -69,6 +69,7 @@ def test_the_command_reports_tables_json_and_a_file(run, trained, tmp_path: Path
     result = run("analyze-monotonicity", trained, data)
     assert result.exit_code == 0, result.output
     assert "%mono" in result.stderr and "crossing" in result.stderr
+    assert "scale of the paper's tables" in result.stderr
     report = tmp_path / "report.json"
     shown = run("analyze-monotonicity", trained, data, "--decoded", "--json", "--report", report)
     assert shown.exit_code == 0, shown.output
@@ -82,6 +83,8 @@ def test_the_command_reports_tables_json_and_a_file(run, trained, tmp_path: Path
     assert correct == pytest.approx(printed["accuracy"] * examples / 100)
     for delta, stats in printed["monotonicity"].items():
         assert 0 <= stats["overall"]["mono"] <= 100, delta
+        assert 0 <= stats["overall"]["mono_authors"] <= 100, delta  # the authors' scale
+        assert stats["overall"]["loss_authors"] >= 0, delta
     # a prepared directory reads its test split
     directory = run("analyze-monotonicity", trained, prepared, "--json")
     assert json.loads(directory.stdout)["examples"] == examples

@@ -100,6 +100,43 @@ def test_sentences_summed_by_hand_with_unequal_lengths():
         monotonicity_loss(*args, normalize="batch")
 
 
+def authors_of(matrices, delta=0.0):
+    """mono_authors and loss_authors of a batch of (T x S) attention matrices."""
+    T = max(m.shape[0] for m in matrices)
+    S = max(m.shape[1] for m in matrices)
+    attention = torch.zeros(len(matrices), 1, T, S, dtype=torch.double)
+    source = torch.zeros(len(matrices), S, dtype=torch.long)
+    target_mask = torch.zeros(len(matrices), T, dtype=torch.bool)
+    for b, m in enumerate(matrices):
+        attention[b, 0, : m.shape[0], : m.shape[1]] = m
+        source[b, : m.shape[1]] = 7
+        target_mask[b, : m.shape[0]] = True
+    stats = MonotonicityStats(["attention"], delta)
+    stats.add(attention, source, source != 0, target_mask)
+    overall = stats.summary()["overall"]
+    return overall["mono_authors"], overall["loss_authors"], overall["mono"]
+
+
+def test_the_authors_measures_by_hand():
+    # a diagonal of |X| = |Y| = 5: 4 strictly rising pairs over |Y| = 5 steps: 80 (ours 100)
+    assert authors_of([torch.eye(5)]) == (pytest.approx(80.0), 0.0, pytest.approx(100.0))
+    # attention stuck on one position: no pair strictly rises: 0 (ours: 100, ties count)
+    stuck = torch.zeros(5, 5)
+    stuck[:, 2] = 1
+    assert authors_of([stuck]) == (0.0, 0.0, pytest.approx(100.0))
+    # REVERSED, |Y| = 3: d = a_i - a_{i+1} = 1, 1; loss without /|X|: (1 + 1) / 3
+    assert authors_of([REVERSED]) == (0.0, pytest.approx(2 / 3), 0.0)
+    # per sentence, then the mean over sentences: (80 + 0) / 2, not pooled over pairs
+    mono, loss, ours = authors_of([torch.eye(5), REVERSED])
+    assert mono == pytest.approx(40.0) and loss == pytest.approx((0 + 2 / 3) / 2)
+    assert ours == pytest.approx(100 * 4 / 6)  # ours pools the 6 pairs
+    # |X| = 4, |Y| = 3, delta 1 (margin 4/3): mean positions 1.5, 3.5, 3.0;
+    # d_1 = -2 + 4/3 < 0 (rises), d_2 = 0.5 + 4/3 = 11/6
+    matrix = torch.tensor([[0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5], [0, 0, 1.0, 0]])
+    mono, loss, _ = authors_of([matrix], delta=1.0)
+    assert mono == pytest.approx(100 / 3) and loss == pytest.approx((11 / 6) / 3)
+
+
 def test_padding_is_left_out():
     # item 1: the diagonal of 2 x 2 inside a 3 x 3 padded batch; item 2: reversed 3 x 3
     attention = torch.zeros(2, 1, 3, 3, dtype=torch.float64)

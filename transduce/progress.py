@@ -36,7 +36,9 @@ def _summary(entry: dict[str, Any]) -> str:
     where = f"update {entry['update']} epoch {entry['epoch']:.2f}"
     mono = entry.get("dev_monotonicity", {}).get("overall")
     mono_text = (
-        f", %mono {mono['mono']:.1f}" if mono and entry["dev_monotonicity"]["mechanisms"] else ""
+        f", %mono {mono['mono']:.1f} (authors' {mono['mono_authors']:.1f})"
+        if mono and entry["dev_monotonicity"]["mechanisms"]
+        else ""
     )
     return (
         f"{where}: train loss {entry['train_loss']:.4f}, "

@@ -124,24 +124,28 @@ def analyze_command(
 def _tables(result: dict[str, Any]) -> None:
     if ui.verbosity() < ui.NORMAL:
         return
-    title = (
+    heading = (
         f"{result['examples']} examples, attention {result['mode']}, "
-        f"accuracy {result['accuracy']:.2f}: %mono and L_mono"
+        f"accuracy {result['accuracy']:.2f}"
     )
-    table = Table(title=title, title_justify="left")
-    table.add_column("mechanism")
-    for delta in DELTAS:
-        table.add_column(f"%mono δ={delta:g}", justify="right")
-        table.add_column(f"L_mono δ={delta:g}", justify="right")
     per = result["monotonicity"]
-    for name in [*result["mechanisms"], "overall"]:
-        row = [name]
+    for mono, loss, what in (
+        ("mono", "loss", "%mono and L_mono"),
+        ("mono_authors", "loss_authors", "on the scale of the paper's tables (authors' scorer)"),
+    ):
+        table = Table(title=f"{heading}: {what}", title_justify="left")
+        table.add_column("mechanism")
         for delta in DELTAS:
-            s = per[str(delta)]
-            values = s["overall"] if name == "overall" else s["mechanisms"][name]
-            row += [f"{values['mono']:.2f}", f"{values['loss']:.4f}"]
-        table.add_row(*row)
-    ui.stderr.print(table)
+            table.add_column(f"%mono δ={delta:g}", justify="right")
+            table.add_column(f"L_mono δ={delta:g}", justify="right")
+        for name in [*result["mechanisms"], "overall"]:
+            row = [name]
+            for delta in DELTAS:
+                s = per[str(delta)]
+                values = s["overall"] if name == "overall" else s["mechanisms"][name]
+                row += [f"{values[mono]:.2f}", f"{values[loss]:.4f}"]
+            table.add_row(*row)
+        ui.stderr.print(table)
     crossing = Table(
         title=f"outputs with crossing edges (weight > {result['crossing_threshold']:g})",
         title_justify="left",
