@@ -239,6 +239,61 @@ def test_the_recipe_normalization_reaches_the_training_loss(tmp_path: Path, monk
     assert seen and all(call[-1] == "sentences_summed" for call in seen), seen
 
 
+def test_the_loss_after_dropout_reads_dropped_heads_as_zero_and_they_cost_nothing(
+    tmp_path: Path, monkeypatch
+):
+    """`on: attention_after_dropout` (the authors' runs): a head DropHead dropped mixes
+    nothing and its attention is all 0, so it costs nothing; `on: attention` reads the
+    softmax weights, never all 0."""
+    import transduce.tasks.seq2seq as seq2seq
+    from transduce.models import build_model
+    from transduce.models.transformer import TransformerConfig
+
+    config = TransformerConfig(
+        encoder_layers=1, decoder_layers=1, d_model=16, heads=4, feedforward=32,
+        dropout=0.0, drophead=0.5,
+    )  # fmt: skip
+    model = build_model("transformer", config, 12, 12).train()
+    from transduce.data.batching import collate
+
+    batch = collate([[5, 6, 7, 8], [9, 10, 11]], [[6, 5, 8], [9, 9]])
+    torch.manual_seed(3)
+    output = model(batch)
+    used, weights = output.attention_after_dropout, output.attention
+    dropped = used.sum(dim=-1).eq(0).all(dim=-1)  # B x K: every step of the head is 0
+    assert dropped.any() and (~dropped).any()
+    for b in range(2):  # one decoder layer of 4 heads: the kept ones scaled by 4 / kept
+        kept = ~dropped[b]
+        if kept.any():
+            assert torch.allclose(used[b, kept], weights[b, kept] * 4 / int(kept.sum()))
+    for b, k in dropped.nonzero().tolist():
+        cost = monotonicity_loss(
+            used[b : b + 1], batch.source[b : b + 1], batch.source_mask[b : b + 1],
+            batch.target_mask[b : b + 1], 0.0, [k],
+        )  # fmt: skip
+        assert float(cost.detach()) == 0.0
+    assert model.eval()(batch).attention_after_dropout is None
+    # through training: which tensor reaches the loss
+    seen = []
+
+    def spy(attention, *args, **kwargs):
+        seen.append(attention.detach())
+        return monotonicity_loss(attention, *args, **kwargs)
+
+    monkeypatch.setattr(seq2seq, "monotonicity_loss", spy)
+    task = write_task(tmp_path, "copy", n=60)
+    tiny = {"name": "transformer", "encoder_layers": 1, "decoder_layers": 1, "d_model": 16,
+            "heads": 4, "feedforward": 32, "dropout": 0.0, "drophead": 0.5}  # fmt: skip
+    zero_rows = {}
+    for on in ("attention", "attention_after_dropout"):
+        seen.clear()
+        data = recipe(task, tiny, max_updates=3, validate_every=3)
+        data["loss"] = {"monotonicity": {"weight": 0.1, "on": on}}
+        Trainer(configuration.parse(data), tmp_path / on).run()
+        zero_rows[on] = sum(int(a.sum(dim=-1).eq(0).all(dim=-1).sum()) for a in seen)
+    assert zero_rows["attention"] == 0 and zero_rows["attention_after_dropout"] > 0, zero_rows
+
+
 def test_separator_centred_positions():
     from transduce.models.transformer import separator_positions
 

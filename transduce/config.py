@@ -126,6 +126,10 @@ class MonotonicityConfig:
     # target token of the batch, as §3 says, or per sentence's |Y| and summed over the
     # batch, as the authors' Sockeye runs computed it (about batch-size times stronger)
     normalize: Literal["tokens", "sentences_summed"] = "tokens"
+    # which attention the loss reads in training: the weights the model computed, or the
+    # weights as they mixed the states after attention dropout and DropHead (the authors'
+    # Sockeye runs: a dropped head costs nothing); the same for models without them
+    on: Literal["attention", "attention_after_dropout"] = "attention"
 
     def check(self) -> list[str]:
         problems: list[str] = []

@@ -80,6 +80,9 @@ class Seq2SeqOutput:
     attention_names: list[str]  # K names
     source_mask: Tensor  # B x S, True on real tokens
     target_mask: Tensor  # B x T, True on real tokens
+    # the attention as it mixed the states in training, after dropout on its weights and
+    # DropHead (a dropped head all 0); None: the same as `attention` (no such dropout)
+    attention_after_dropout: Tensor | None = None
 
 
 @dataclass

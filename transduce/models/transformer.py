@@ -199,12 +199,18 @@ class CrossAttention(nn.Module):
         k, v = self.kv(memory).chunk(2, dim=-1)
         return split_heads(k, self.heads), split_heads(v, self.heads)
 
-    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Output B x T x D, the weights B x H x T x S, and the weights as they mixed the
+        values: after dropout and DropHead (both linear in the weights, so dropping a
+        head's weights drops its context)."""
         q = split_heads(self.query(x), self.heads)  # B x H x T x Dh
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])  # B x H x T x S
         weights = torch.softmax(scores.masked_fill(~mask[:, None, None, :], float("-inf")), dim=-1)
-        context = self.drophead(torch.matmul(self.drop(weights), v))  # B x H x T x Dh
-        return self.out(merge_heads(context)), weights
+        used = self.drophead(self.drop(weights))  # B x H x T x S
+        context = torch.matmul(used, v)  # B x H x T x Dh
+        return self.out(merge_heads(context)), weights, used
 
 
 class FeedForward(nn.Module):
@@ -271,12 +277,14 @@ class DecoderLayer(nn.Module):
         self.feedforward = FeedForward(c.d_model, c.feedforward, c.activation_dropout)
         self.subs = nn.ModuleList(Sublayer(c.d_model, c.dropout, pre) for _ in range(3))
 
-    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
         first, second, third = self.subs
         x = first.residual(x, self.self_attention(first.inputs(x), causal=True))
-        attended, weights = self.cross_attention(second.inputs(x), k, v, mask)
+        attended, weights, used = self.cross_attention(second.inputs(x), k, v, mask)
         x = second.residual(x, attended)
-        return third.residual(x, self.feedforward(third.inputs(x))), weights
+        return third.residual(x, self.feedforward(third.inputs(x))), weights, used
 
     def step(self, x: Tensor, state: State, layer: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         first, second, third = self.subs
@@ -284,7 +292,7 @@ class DecoderLayer(nn.Module):
             first.inputs(x), state[f"k{layer}"], state[f"v{layer}"]
         )
         x = first.residual(x, attended)
-        attended, weights = self.cross_attention(
+        attended, weights, _ = self.cross_attention(
             second.inputs(x), state[f"mk{layer}"], state[f"mv{layer}"], state["mask"]
         )
         x = second.residual(x, attended)
@@ -378,15 +386,21 @@ class TransformerModel(Seq2SeqModel):
     def forward(self, batch: Batch) -> Seq2SeqOutput:
         memory = self.encode(batch)
         x = self._embed(self.target_embedding, batch.target_in)  # B x T x D
-        weights = []
+        weights, used = [], []
         for layer in self.decoder:
             k, v = layer.cross_attention.memory(memory)
-            x, w = layer(x, k, v, batch.source_mask)
+            x, w, u = layer(x, k, v, batch.source_mask)
             weights.append(w)  # B x H x T x S
+            used.append(u)
         log_probs = torch.log_softmax(self.output(self.decoder_norm(x)), dim=-1)  # B x T x V
         attention = torch.cat(weights, dim=1)  # B x (L*H) x T x S
         return Seq2SeqOutput(
-            log_probs, attention, self.attention_names, batch.source_mask, batch.target_mask
+            log_probs,
+            attention,
+            self.attention_names,
+            batch.source_mask,
+            batch.target_mask,
+            torch.cat(used, dim=1) if self.training else None,
         )
 
     def init_state(self, batch: Batch) -> State:

@@ -142,8 +142,11 @@ class Seq2SeqTask(Task[TaskData]):
             output = s2s(batch)
             losses = model.loss(batch, output, self.config.loss.label_smoothing)
             if weight > 0:  # Rios et al. (2021): NLL + lambda * L_mono, eq. (4)
+                attention = output.attention
+                if m.on == "attention_after_dropout" and output.attention_after_dropout is not None:
+                    attention = output.attention_after_dropout
                 mono = monotonicity_loss(
-                    output.attention.float(),
+                    attention.float(),
                     batch.source,
                     batch.source_mask,
                     batch.target_mask,
