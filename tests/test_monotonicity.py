@@ -137,6 +137,30 @@ def test_the_authors_measures_by_hand():
     assert mono == pytest.approx(100 / 3) and loss == pytest.approx((11 / 6) / 3)
 
 
+def test_sep_positions_lemma_or_absolute_the_issues_case():
+    """`V SG 3 <sep> u s e`; step 1 all on u, step 2 half on V, half on s. Ours (lemma):
+    the tags' mass is set aside, a = 1, 2: no cost. The authors' (absolute): u s e at 5 6
+    7, the tags at 0, not renormalized: a = 5, 3; (5 - 3) / |X| = 2/3 over |Y| = 2."""
+    V, SG, THREE, u, s_, e = 20, 21, 22, 23, 24, 25
+    source = torch.tensor([[V, SG, THREE, SEP_ID, u, s_, e]])
+    attention = torch.zeros(1, 1, 2, 7, dtype=torch.double)
+    attention[0, 0, 0, 4] = 1.0
+    attention[0, 0, 1, 0] = attention[0, 0, 1, 5] = 0.5
+    target_mask = torch.ones(1, 2, dtype=torch.bool)
+    args = (attention, source, source != 0, target_mask, 0.0, [0])
+    assert float(monotonicity_loss(*args)) == 0.0
+    theirs = monotonicity_loss(*args, sep_positions="absolute")
+    assert float(theirs) == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="sep_positions"):
+        monotonicity_loss(*args, sep_positions="relative")
+    # the authors' measures read the absolute positions; ours the lemma's
+    stats = MonotonicityStats(["attention"], 0.0)
+    stats.add(attention, source, source != 0, target_mask)
+    overall = stats.summary()["overall"]
+    assert overall["mono"] == pytest.approx(100.0) and overall["loss"] == 0.0
+    assert overall["mono_authors"] == 0.0 and overall["loss_authors"] == pytest.approx(1.0)
+
+
 def test_padding_is_left_out():
     # item 1: the diagonal of 2 x 2 inside a 3 x 3 padded batch; item 2: reversed 3 x 3
     attention = torch.zeros(2, 1, 3, 3, dtype=torch.float64)
@@ -234,9 +258,15 @@ def test_the_recipe_normalization_reaches_the_training_loss(tmp_path: Path, monk
     monkeypatch.setattr(seq2seq, "monotonicity_loss", spy)
     task = write_task(tmp_path, "copy", n=60)
     data = recipe(task, TINY_LSTM, max_updates=2, validate_every=2)
-    data["loss"] = {"monotonicity": {"weight": 0.1, "normalize": "sentences_summed"}}
+    data["loss"] = {
+        "monotonicity": {
+            "weight": 0.1,
+            "normalize": "sentences_summed",
+            "sep_positions": "absolute",
+        }
+    }
     Trainer(configuration.parse(data), tmp_path / "run").run()
-    assert seen and all(call[-1] == "sentences_summed" for call in seen), seen
+    assert seen and all(call[-2:] == ("sentences_summed", "absolute") for call in seen), seen
 
 
 def test_the_loss_after_dropout_reads_dropped_heads_as_zero_and_they_cost_nothing(

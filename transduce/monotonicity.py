@@ -11,7 +11,10 @@ Definitions, shared by the training loss, the dev statistics in train.json and
 - |Y| is the number of output steps, **end-of-sequence included** (every step attends).
 - The attention is renormalized over the counted positions, alpha'_ij = alpha_ij / sum over
   counted k of alpha_ik (the identity without `<sep>`; with it, the mass on the tags is set
-  aside, so a_i is a position in the lemma). The sum is floored at 1e-6.
+  aside, so a_i is a position in the lemma). The sum is floored at 1e-6. The training
+  loss can instead read a `<sep>` source as the authors' runs did (`sep_positions:
+  absolute`, `absolute_positions`): the lemma keeps its positions in the whole source,
+  the tags and `<sep>` are position 0, nothing is renormalized.
 - Mean attended position, eq. (3): a_i = sum_j alpha'_ij * j.
 - Pairwise cost, eq. (4): c_i = max((a_i - a_{i+1} + delta |X| / |Y|) / |X|, 0) for
   i = 1 .. |Y| - 1; with `reverse` (footnote 2), a_{i+1} and a_i swap places.
@@ -35,9 +38,9 @@ sentences (mean over the mechanisms, as ours):
 - **loss_authors**: the sum of max(d_i, 0) over the sentence's pairs, without eq. 4's
   division by |X|, over |Y|.
 
-The counted positions are the same for both (with a `<sep>`: the lemma, renumbered from
-1, the attention renormalized over it); the authors' runs kept absolute positions there,
-which these measures do not yet follow, so on inflection they are not the paper's scale.
+With a `<sep>` they read positions as the authors' runs did (`sep_positions: absolute`):
+the lemma keeps its 1-based positions in the whole source, the tags and `<sep>` are
+position 0, and the attention is not renormalized; |X| is the lemma's length.
 """
 
 from __future__ import annotations
@@ -94,12 +97,27 @@ def counted_positions(source: Tensor, source_mask: Tensor) -> Tensor:
     return counted.long().cumsum(dim=1) * counted
 
 
-def mean_positions(attention: Tensor, positions: Tensor) -> Tensor:
-    """Eq. (3) over the counted positions: B x K x T from attention B x K x T x S."""
+def absolute_positions(source: Tensor, source_mask: Tensor) -> Tensor:
+    """The authors' convention (`sep_positions: absolute`): each counted token keeps its
+    1-based position in the whole source (the lemma right of a `<sep>` starts after the
+    tags), the tags and `<sep>` count as position 0: B x S (long)."""
+    counted = counted_positions(source, source_mask) > 0
+    index = torch.arange(1, source.shape[1] + 1, device=source.device).expand_as(source)
+    return index * counted
+
+
+def mean_positions(attention: Tensor, positions: Tensor, renormalize: bool = True) -> Tensor:
+    """Eq. (3) over the counted positions: B x K x T from attention B x K x T x S; without
+    `renormalize`, the weight on uncounted positions (tags) stays in, at position 0."""
     weights = positions.to(attention.dtype)[:, None, None, :]  # B x 1 x 1 x S
+    if not renormalize:
+        return (attention * weights).sum(dim=-1)
     counted = (positions > 0).to(attention.dtype)[:, None, None, :]
     mass = (attention * counted).sum(dim=-1).clamp(min=FLOOR)  # B x K x T
     return (attention * weights).sum(dim=-1) / mass
+
+
+SEP_POSITIONS = ("lemma", "absolute")
 
 
 def pairwise_costs(
@@ -109,21 +127,38 @@ def pairwise_costs(
     target_mask: Tensor,
     delta: float,
     reverse: bool = False,
+    sep_positions: str = "lemma",
 ) -> tuple[Tensor, Tensor]:
     """The terms of eq. (4) before the max, B x K x (T - 1), and the mask of real pairs
-    B x (T - 1) (both steps real, and at least one counted source position)."""
-    positions = counted_positions(source, source_mask)  # B x S
-    terms, pairs, _ = _terms(attention, positions, target_mask, delta, reverse)
+    B x (T - 1) (both steps real, and at least one counted source position).
+
+    `sep_positions` (only a source with a `<sep>` tells them apart): `lemma`, the lemma's
+    positions renumbered from 1 and the attention renormalized over them (the mass on the
+    tags set aside); `absolute`, as the authors' runs: the lemma keeps its positions in the
+    whole source, the tags and `<sep>` are position 0, nothing is renormalized. |X| is
+    the number of counted (lemma) tokens either way.
+    """
+    if sep_positions not in SEP_POSITIONS:
+        raise ValueError(f"sep_positions: one of {', '.join(SEP_POSITIONS)}, not {sep_positions!r}")
+    absolute = sep_positions == "absolute"
+    find = absolute_positions if absolute else counted_positions
+    positions = find(source, source_mask)  # B x S
+    terms, pairs, _ = _terms(attention, positions, target_mask, delta, reverse, not absolute)
     return terms, pairs
 
 
 def _terms(
-    attention: Tensor, positions: Tensor, target_mask: Tensor, delta: float, reverse: bool
+    attention: Tensor,
+    positions: Tensor,
+    target_mask: Tensor,
+    delta: float,
+    reverse: bool,
+    renormalize: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """`pairwise_costs` from the counted positions B x S, and |X| (B)."""
-    x = positions.max(dim=1).values.to(attention.dtype)  # |X|, B
+    """`pairwise_costs` from the counted positions B x S (0: not counted), and |X| (B)."""
+    x = (positions > 0).sum(dim=1).to(attention.dtype)  # |X|, B
     y = target_mask.sum(dim=1).to(attention.dtype)  # |Y|, B
-    a = mean_positions(attention, positions)  # B x K x T
+    a = mean_positions(attention, positions, renormalize)  # B x K x T
     step = a[..., :-1] - a[..., 1:] if not reverse else a[..., 1:] - a[..., :-1]
     margin = (delta * x / y.clamp(min=1))[:, None, None]  # B x 1 x 1
     terms = (step + margin) / x.clamp(min=1)[:, None, None]  # B x K x (T-1)
@@ -143,6 +178,7 @@ def monotonicity_loss(
     mechanisms: list[int],
     reverse: bool = False,
     normalize: str = "tokens",
+    sep_positions: str = "lemma",
 ) -> Tensor:
     """L_mono of a batch (eq. 4), averaged over `mechanisms` (indices into K): a scalar
     with gradients.
@@ -156,7 +192,7 @@ def monotonicity_loss(
       lambda means about B times more here.
     """
     terms, pairs = pairwise_costs(
-        attention[:, mechanisms], source, source_mask, target_mask, delta, reverse
+        attention[:, mechanisms], source, source_mask, target_mask, delta, reverse, sep_positions
     )
     costs = terms.clamp(min=0) * pairs.unsqueeze(1)  # B x K' x (T-1)
     if normalize == "sentences_summed":
@@ -199,9 +235,18 @@ class MonotonicityStats:
         mask = pairs.unsqueeze(1)  # B x 1 x (T-1)
         costs = (terms.clamp(min=0) * mask).sum(dim=(0, 2))  # K
         flat = (terms <= TOLERANCE / x.clamp(min=1)[:, None, None]) & mask
-        # the authors' scale: d_i = |X| c_i before the max; per sentence / |Y|
+        # the authors' scale: their positions (absolute with a <sep>, not renormalized),
+        # d_i = |X| c_i before the max; per sentence / |Y|
+        theirs, _, _ = _terms(
+            attention.double(),
+            absolute_positions(source, source_mask),
+            target_mask,
+            self.delta,
+            self.reverse,
+            renormalize=False,
+        )
         steps = target_mask.sum(dim=1).clamp(min=1).to(terms.dtype)[:, None]  # B x 1
-        scaled = terms * x.clamp(min=1)[:, None, None]  # B x K x (T-1)
+        scaled = theirs * x.clamp(min=1)[:, None, None]  # B x K x (T-1)
         rising = ((scaled < 0) & mask).sum(dim=2) / steps  # B x K
         cost_authors = (scaled.clamp(min=0) * mask).sum(dim=2) / steps  # B x K
         sentences = x > 0  # a sentence with no counted position is left out

@@ -154,6 +154,7 @@ class Seq2SeqTask(Task[TaskData]):
                     self.mechanisms(s2s),
                     m.reverse,
                     m.normalize,
+                    m.sep_positions,
                 )
                 losses["loss"] = losses["loss"] + weight * mono
         return losses["loss"]
