@@ -272,8 +272,8 @@ def test_the_recipe_normalization_reaches_the_training_loss(tmp_path: Path, monk
 def test_the_loss_after_dropout_reads_dropped_heads_as_zero_and_they_cost_nothing(
     tmp_path: Path, monkeypatch
 ):
-    """`on: attention_after_dropout` (the authors' runs): a head DropHead dropped mixes
-    nothing and its attention is all 0, so it costs nothing; `on: attention` reads the
+    """`reads: attention_after_dropout` (the authors' runs): a head DropHead dropped mixes
+    nothing and its attention is all 0, so it costs nothing; `reads: attention` reads the
     softmax weights, never all 0."""
     import transduce.tasks.seq2seq as seq2seq
     from transduce.models import build_model
@@ -315,12 +315,12 @@ def test_the_loss_after_dropout_reads_dropped_heads_as_zero_and_they_cost_nothin
     tiny = {"name": "transformer", "encoder_layers": 1, "decoder_layers": 1, "d_model": 16,
             "heads": 4, "feedforward": 32, "dropout": 0.0, "drophead": 0.5}  # fmt: skip
     zero_rows = {}
-    for on in ("attention", "attention_after_dropout"):
+    for reads in ("attention", "attention_after_dropout"):
         seen.clear()
         data = recipe(task, tiny, max_updates=3, validate_every=3)
-        data["loss"] = {"monotonicity": {"weight": 0.1, "on": on}}
-        Trainer(configuration.parse(data), tmp_path / on).run()
-        zero_rows[on] = sum(int(a.sum(dim=-1).eq(0).all(dim=-1).sum()) for a in seen)
+        data["loss"] = {"monotonicity": {"weight": 0.1, "reads": reads}}
+        Trainer(configuration.parse(data), tmp_path / reads).run()
+        zero_rows[reads] = sum(int(a.sum(dim=-1).eq(0).all(dim=-1).sum()) for a in seen)
     assert zero_rows["attention"] == 0 and zero_rows["attention_after_dropout"] > 0, zero_rows
 
 

@@ -129,7 +129,7 @@ class MonotonicityConfig:
     # which attention the loss reads in training: the weights the model computed, or the
     # weights as they mixed the states after attention dropout and DropHead (the authors'
     # Sockeye runs: a dropped head costs nothing); the same for models without them
-    on: Literal["attention", "attention_after_dropout"] = "attention"
+    reads: Literal["attention", "attention_after_dropout"] = "attention"
     # positions with a <sep> (inflection): the lemma's, renumbered from 1 and renormalized
     # over, or, as the authors' runs, absolute in the source with the tags at position 0
     sep_positions: Literal["lemma", "absolute"] = "lemma"

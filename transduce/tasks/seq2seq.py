@@ -143,7 +143,10 @@ class Seq2SeqTask(Task[TaskData]):
             losses = model.loss(batch, output, self.config.loss.label_smoothing)
             if weight > 0:  # Rios et al. (2021): NLL + lambda * L_mono, eq. (4)
                 attention = output.attention
-                if m.on == "attention_after_dropout" and output.attention_after_dropout is not None:
+                if (
+                    m.reads == "attention_after_dropout"
+                    and output.attention_after_dropout is not None
+                ):
                     attention = output.attention_after_dropout
                 mono = monotonicity_loss(
                     attention.float(),
