@@ -86,6 +86,11 @@ def test_resume_with_other_model_options_is_refused_before_anything_is_written(
         train(tmp_path / "run", other, resume=True)
     assert (tmp_path / "run" / "config.yaml").read_text(encoding="utf-8") == saved
     assert (tmp_path / "run" / checkpoint.LAST).read_bytes() == before
+    # an option newer than the checkpoint (absent from its config) is not compared
+    state = checkpoint.load(tmp_path / "run" / checkpoint.LAST)
+    del state["config"]["model"]["dropout"]
+    checkpoint.save(tmp_path / "run" / checkpoint.LAST, state)
+    train(tmp_path / "run", {**data, "train": {**data["train"], "max_updates": 6}}, resume=True)
 
 
 def test_a_local_m_checkpoint_of_transduce_0_2_reads_as_local_m_gaussian():

@@ -176,10 +176,12 @@ class Trainer:
     def _check_same_model(self, state: dict[str, Any]) -> None:
         """The model a resumed run was trained as must be the configured one: its options
         shape the weights and what they compute (e.g. `local_m` of transduce < 0.3 is
-        `local_m_gaussian` now, `checkpoint.upgrade`). A `ConfigError` names the option."""
+        `local_m_gaussian` now, `checkpoint.upgrade`). A `ConfigError` names the option.
+        An option newer than the checkpoint is not compared: its default keeps the old
+        behaviour."""
         trained = state["config"].get("model", {})
         wanted = configuration.resolved(self.config)["model"]
-        for key in sorted(set(trained) | set(wanted)):
+        for key in sorted(trained):
             if trained.get(key) != wanted.get(key):
                 raise ConfigError(
                     f"{state['path']}: the run was trained with model.{key} "
