@@ -235,16 +235,19 @@ class MonotonicityStats:
         mask = pairs.unsqueeze(1)  # B x 1 x (T-1)
         costs = (terms.clamp(min=0) * mask).sum(dim=(0, 2))  # K
         flat = (terms <= TOLERANCE / x.clamp(min=1)[:, None, None]) & mask
-        # the authors' scale: their positions (absolute with a <sep>, not renormalized),
-        # d_i = |X| c_i before the max; per sentence / |Y|
-        theirs, _, _ = _terms(
-            attention.double(),
-            absolute_positions(source, source_mask),
-            target_mask,
-            self.delta,
-            self.reverse,
-            renormalize=False,
-        )
+        # the authors' scale: their positions (absolute with a <sep>, not renormalized;
+        # without one, the same positions as ours), d_i = |X| c_i before the max; per
+        # sentence / |Y|
+        theirs = terms
+        if bool((source == SEP_ID).any()):
+            theirs, _, _ = _terms(
+                attention.double(),
+                absolute_positions(source, source_mask),
+                target_mask,
+                self.delta,
+                self.reverse,
+                renormalize=False,
+            )
         steps = target_mask.sum(dim=1).clamp(min=1).to(terms.dtype)[:, None]  # B x 1
         scaled = theirs * x.clamp(min=1)[:, None, None]  # B x K x (T-1)
         rising = ((scaled < 0) & mask).sum(dim=2) / steps  # B x K

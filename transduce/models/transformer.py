@@ -400,7 +400,8 @@ class TransformerModel(Seq2SeqModel):
             self.attention_names,
             batch.source_mask,
             batch.target_mask,
-            torch.cat(used, dim=1) if self.training else None,
+            # only where dropout or DropHead changed the weights (else they are `weights`)
+            torch.cat(used, dim=1) if any(u is not w for u, w in zip(used, weights)) else None,
         )
 
     def init_state(self, batch: Batch) -> State:
