@@ -16,16 +16,18 @@ tensors, so that loading it runs no pickled code:
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from transduce.errors import CheckpointError, TransduceError
-from transduce.io import atomic_binary
+from transduce.io import atomic_binary, fault_point, remove, stale_temporaries
 
 FORMAT = "transduce.checkpoint/1"
 BEST, LAST = "best.pt", "last.pt"
+REQUIRED = ("model_name", "config", "model", "vocab", "sides")
 
 
 def save(path: str | Path, payload: dict[str, Any]) -> None:
@@ -45,15 +47,24 @@ def load(path: str | Path) -> dict[str, Any]:
         else:
             raise CheckpointError(f"{path}: no {BEST} or {LAST} in this directory")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns before refusing a plain pickle
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such checkpoint") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{path}: is a directory, not a checkpoint") from None
+    except MemoryError:
+        raise CheckpointError(f"{path}: too large to load into memory") from None
     except Exception as error:  # torch raises many kinds for a file that is not a checkpoint
         raise CheckpointError(
             f"{path}: not a transduce checkpoint ({type(error).__name__})"
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a transduce checkpoint (format {FORMAT} expected)")
+    missing = [key for key in REQUIRED if key not in payload]
+    if missing:
+        raise CheckpointError(f"{path}: incomplete checkpoint, no {', '.join(missing)} entry")
     payload["path"] = str(path)
     return upgrade(payload)
 
@@ -74,24 +85,91 @@ def upgrade(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
+def _updates(payload: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(the update a checkpoint was written at, the best update it records)."""
+    progress = (payload.get("training") or {}).get("progress") or {}
+    return progress.get("update"), progress.get("best_update")
+
+
 class Checkpointer:
     """The checkpoints of a run directory: `last.pt` after every validation (to resume),
-    `best.pt` whenever the dev score improved (to decode and test)."""
+    `best.pt` whenever the dev score improved (to decode and test).
+
+    A validation that improved writes `last.pt`, then `best.pt`, each atomically. Killed
+    between the two, `last.pt` records a best update that `best.pt` does not hold yet; but
+    then the best update is last.pt's own, so `check` repairs it by copying `last.pt`
+    (the same payload the validation would have written). Any other disagreement means the
+    best weights are gone, and is refused.
+    """
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
 
     def resume_state(self) -> dict[str, Any]:
         """The last checkpoint, which must hold a training state."""
+        if not (self.run_dir / LAST).exists():
+            raise CheckpointError(
+                f"{self.run_dir / LAST}: no such checkpoint (the run has not reached its first "
+                "validation): start it again without --resume"
+            )
         state = load(self.run_dir / LAST)
         if "training" not in state:
             raise TransduceError(f"{state['path']}: has no training state to resume from")
         return state
 
+    def stale_temporaries(self) -> list[Path]:
+        """Temporary files that a killed write left behind (call with the run's lock)."""
+        names = (LAST, BEST, "config.yaml", "train.json", "test.predictions", "data")
+        return stale_temporaries(self.run_dir, names)
+
+    def check(self, state: dict[str, Any]) -> list[str]:
+        """Bring `best.pt` in line with `state` (last.pt's) or refuse: what was repaired.
+
+        Raises:
+            CheckpointError: best.pt is not the best update last.pt records, and that
+                update is not last.pt's own, so its weights are nowhere.
+        """
+        update, best = _updates(state)
+        path = self.run_dir / BEST
+        try:
+            held: int | None = _updates(load(path))[0]
+            problem = None if held == best else f"holds update {held}"
+        except CheckpointError as error:
+            held, problem = None, "missing" if not path.exists() else str(error)
+        if problem is None:
+            return []
+        if best is not None and best == update:
+            save(path, {k: v for k, v in state.items() if k not in ("format", "path")})
+            return [
+                f"{path}: was {problem}, but the best dev score is last.pt's (update {best}), "
+                "cut short before best.pt was written; copied last.pt to best.pt"
+            ]
+        raise CheckpointError(
+            f"{path}: {problem}, but last.pt records the best dev score at update {best}, "
+            "whose weights are in no checkpoint (was best.pt replaced or deleted?); "
+            "start the run again in a new --out"
+        )
+
     def save(self, payload: dict[str, Any], improved: bool) -> None:
         save(self.run_dir / LAST, payload)
+        fault_point("after-last")
         if improved:
             save(self.run_dir / BEST, payload)
+        fault_point("after-best")
 
-    def load_best(self) -> dict[str, Any]:
-        return load(self.run_dir / BEST)
+    def load_best(self, update: int | None = None) -> dict[str, Any]:
+        """best.pt, which must hold `update` when one is given."""
+        state = load(self.run_dir / BEST)
+        if update is not None and _updates(state)[0] != update:
+            raise CheckpointError(
+                f"{state['path']}: holds update {_updates(state)[0]}, not the best update "
+                f"{update}; resume the run (--resume) to repair it"
+            )
+        return state
+
+
+def clean(paths: list[Path]) -> list[str]:
+    """Remove stale temporaries; what was removed, as messages."""
+    for path in paths:
+        remove(path)
+    return [f"removed {path.name}, left by an interrupted write" for path in paths]

@@ -11,10 +11,12 @@ import codecs
 import contextlib
 import hashlib
 import os
+import re
 import shutil
+import signal
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -151,18 +153,153 @@ def atomic_binary(path: Path) -> Iterator[BinaryIO]:
     private mode of `mkstemp`), is flushed to disk, then renamed into place; on an error
     the temporary file is removed and `path` is untouched.
     """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise _named(error, path) from None
     try:
         os.chmod(tmp, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                yield handle
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as error:
+            raise _named(error, path) from None
+        fault_point(f"before-rename:{path.name}")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _named(error: OSError, path: Path) -> OSError:
+    """`error` as if it had happened on `path` (not on the temporary file beside it), so
+    that messages name the file the user asked for."""
+    return OSError(error.errno, error.strerror, str(path))
+
+
+# Temporary files and directories of `atomic_binary` and `atomic_directory`:
+# ".NAME.<8 random characters of tempfile>.tmp" beside NAME.
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.(?:tmp|old)$")
+
+
+def stale_temporaries(directory: Path, names: Iterable[str] | None = None) -> list[Path]:
+    """The temporary files and directories our atomic writes left in `directory` when a
+    process was killed during one (of the files `names`, or of any file). Only call this
+    while holding the directory's lock: a live writer's temporaries look the same."""
+    found = []
+    wanted = None if names is None else set(names)
+    with contextlib.suppress(OSError):
+        for entry in sorted(directory.iterdir()):
+            match = _TEMPORARY.match(entry.name)
+            if match and (wanted is None or match["name"] in wanted):
+                found.append(entry)
+    return found
+
+
+def remove(path: Path) -> None:
+    """Delete a file or a directory tree."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------ fault injection
+
+FAULT_VARIABLE = "TRANSDUCE_FAULT"
+_fault_counts: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    """A named point where the fault-injection tests stop the process.
+
+    `TRANSDUCE_FAULT=POINT[@N][:SIGNAL]` (SIGNAL: KILL (default), INT or TERM) sends the
+    signal to this process the N-th time (default 1) POINT is reached; unset, this does
+    nothing. The points: `validation` (before a validation's checkpoints), `after-last`
+    (between last.pt and best.pt), `after-best` (after both), `before-rename:FILE` (a
+    temporary file complete, not yet renamed to FILE), `before-test`, `before-report`.
+    """
+    spec = os.environ.get(FAULT_VARIABLE)
+    if not spec:
+        return
+    point, sig = spec, "KILL"
+    head, _, tail = spec.rpartition(":")
+    if head and tail in ("KILL", "INT", "TERM"):
+        point, sig = head, tail
+    point, _, count = point.partition("@")
+    if point != name:
+        return
+    _fault_counts[name] = _fault_counts.get(name, 0) + 1
+    if _fault_counts[name] == int(count or 1):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.kill(os.getpid(), getattr(signal, "SIG" + sig))
+
+
+# ------------------------------------------------------------------------ locks
+
+
+class DirectoryLock:
+    """An exclusive lock that one process holds on a path while it writes there (a run
+    directory, a prepared dataset's destination); released when the process exits in any
+    way, since the kernel drops the `flock` of a dead process.
+
+    The lock is the file `lock_file`, holding the owner's PID; it is removed on release.
+    A second process gets a `TransduceError` naming the holder's PID.
+    """
+
+    def __init__(self, lock_file: Path, what: Path) -> None:
+        self.lock_file, self.what = Path(lock_file), what
+        self._fd: int | None = None
+
+    def acquire(self) -> DirectoryLock:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no lock (Windows is not a supported platform)
+            return self
+        while True:
+            try:
+                fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+            except OSError as error:
+                raise _named(error, self.lock_file) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise TransduceError(
+                    f"{self.what}: in use by another transduce process (PID {holder}); "
+                    "wait for it to end or stop it"
+                ) from None
+            # the file we locked may have been removed by the holder we waited on
+            try:
+                same = os.stat(self.lock_file).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.lock_file)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> DirectoryLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def _umask() -> int:

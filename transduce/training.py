@@ -18,6 +18,8 @@ the same weights, bit for bit, as a run that was never stopped.
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import json
 import random
 import sys
 import time
@@ -28,10 +30,10 @@ from typing import Any
 import torch
 
 from transduce import config as configuration
-from transduce.checkpoint import Checkpointer
+from transduce.checkpoint import Checkpointer, clean
 from transduce.data.batching import plan_batches
-from transduce.errors import ConfigError
-from transduce.io import atomic_write_text, sha256_file
+from transduce.errors import CheckpointError, ConfigError
+from transduce.io import DirectoryLock, atomic_write_text, fault_point, sha256_file
 from transduce.metrics import get_metric
 from transduce.models import Model
 from transduce.precision import use_bf16
@@ -41,6 +43,7 @@ from transduce.schedules import Schedule
 from transduce.tasks import Task, TaskData, check_task
 
 REPORT_SCHEMA = "transduce.train/1"
+LOCK = ".lock"  # held by the process that writes the run directory
 
 
 @dataclass
@@ -61,6 +64,13 @@ class Progress:
     train_seconds: float = 0.0
     history: list[dict[str, Any]] = field(default_factory=list)
     stop: str | None = None
+    plan: str | None = None  # digest of the current epoch's batches (`plan_digest`)
+
+
+def plan_digest(batches: list[list[int]]) -> str:
+    """A fingerprint of an epoch's batches: a resumed run continues the same epoch only
+    with the same batches."""
+    return hashlib.sha256(json.dumps(batches, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
 class Limits:
@@ -162,7 +172,14 @@ class Trainer:
         progress = Progress()
         if state is not None:
             training = state["training"]
-            model.load_state_dict(state["model"])
+            try:
+                model.load_state_dict(state["model"])
+            except (RuntimeError, KeyError) as error:
+                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                raise CheckpointError(
+                    f"{state['path']}: its weights do not fit the configured model ({first}); "
+                    "resume with the run's own configuration"
+                ) from None
             optimizer.load_state_dict(training["optimizer"])
             schedule.load_state_dict(training["schedule"])
             progress = Progress(**training["progress"])
@@ -189,18 +206,58 @@ class Trainer:
                     f"model options (--set model.{key}=...)"
                 )
 
+    def _check_plan(self, data: TaskData, progress: Progress) -> None:
+        """A run stopped in the middle of an epoch continues that epoch only if its batches
+        are the same (train.batch_size, batch_by, bucketing, seed and the data decide them)."""
+        if progress.batch == 0:
+            return
+        batches = self.batches(data, progress.epoch)
+        same = (
+            plan_digest(batches) == progress.plan
+            if progress.plan is not None
+            else progress.batch < len(batches)  # a checkpoint of transduce < 0.3.1
+        )
+        if not same:
+            raise ConfigError(
+                f"{self.run_dir / 'last.pt'}: was saved in the middle of epoch "
+                f"{progress.epoch + 1} (after batch {progress.batch}), and with this "
+                f"configuration and data that epoch has other batches ({len(batches)}); "
+                "resume with the run's train.batch_size, batch_by, bucketing, seed and data"
+            )
+
     # -------------------------------------------------------------------- loop
 
     def run(self) -> dict[str, Any]:
-        """Train until a limit is reached, test the best checkpoint; the report."""
+        """Train until a limit is reached, test the best checkpoint; the report.
+
+        The run directory is locked for the life of the call. A resumed run changes nothing
+        in it until the configuration is checked against last.pt and the model loaded."""
+        fresh = not self.run_dir.exists()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        lock = DirectoryLock(self.run_dir / LOCK, self.run_dir).acquire()
+        try:
+            return self._run()
+        except BaseException:
+            if fresh and not any(p.name != LOCK for p in self.run_dir.iterdir()):
+                lock.release()
+                self.run_dir.rmdir()  # a run that failed at once leaves no empty directory
+            raise
+        finally:
+            lock.release()
+
+    def _run(self) -> dict[str, Any]:
         t = self.config.train
         start_time = time.perf_counter()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         state = self.checkpoints.resume_state() if self.resume else None
         if state is not None:
             self._check_same_model(state)
-        atomic_write_text(self.run_dir / "config.yaml", _yaml(configuration.resolved(self.config)))
         data, model, optimizer, schedule, progress = self.setup(state)
+        if state is not None:
+            self._check_plan(data, progress)
+        repairs = clean(self.checkpoints.stale_temporaries())
+        for message in repairs + (self.checkpoints.check(state) if state is not None else []):
+            self.reporter.message(message)
+        atomic_write_text(self.run_dir / "config.yaml", _yaml(configuration.resolved(self.config)))
         total = t.max_updates
         if total is None and t.max_epochs is not None:
             total = t.max_epochs * len(self.batches(data, 0))
@@ -214,6 +271,7 @@ class Trainer:
             if progress.stop is None:
                 if planned != progress.epoch:
                     planned, batches = progress.epoch, self.batches(data, progress.epoch)
+                    progress.plan = plan_digest(batches)
                 due, epoch = self.train_step(model, optimizer, schedule, data, batches, progress)
                 progress.stop = limits.reached(progress)
             # validate when due, and at the end unless this very state was validated (a
@@ -240,6 +298,8 @@ class Trainer:
         """The next update of the epoch whose `batches` these are, counted in `progress`:
         (whether a validation is due after it, the epoch reached as a fraction)."""
         tick = time.perf_counter()
+        if not 0 <= progress.batch < len(batches):  # `_check_plan` refuses this on resume
+            raise RuntimeError(f"batch {progress.batch} of an epoch of {len(batches)} batches")
         indices = batches[progress.batch]
         progress.update += 1
         loss = self.update(model, optimizer, schedule, data, indices, progress.update)
@@ -320,6 +380,7 @@ class Trainer:
             progress.bad_validations += 1
         by_loss = t.schedule.monitor == "loss"
         schedule.after_validation(dev_loss if by_loss else score, self.lower_is_better or by_loss)
+        fault_point("validation")
         self.checkpoints.save(self.payload(model, optimizer, schedule, data, progress), improved)
         self.reporter.validation(entry)
 
@@ -353,7 +414,8 @@ class Trainer:
         self, model: Model, data: TaskData, progress: Progress, wall: float
     ) -> dict[str, Any]:
         """Test the best checkpoint (test.predictions) and write train.json."""
-        model.load_state_dict(self.checkpoints.load_best()["model"])
+        model.load_state_dict(self.checkpoints.load_best(progress.best_update)["model"])
+        fault_point("before-test")
         test_scores = None
         if data.test_eval is not None:
             test_scores, outputs = self.task.evaluate(model, data, data.test_eval)
@@ -395,6 +457,7 @@ class Trainer:
             "wall_seconds": wall,  # this process: data, training, test decoding
             "versions": versions(),
         }
+        fault_point("before-report")
         write_json(self.run_dir / "train.json", report)
         return report
 

@@ -1,0 +1,333 @@
+"""Fault injection: a training run killed at every write point of a validation (and of
+its end), then resumed, ends bit-identical to a run that was never stopped; a run that
+cannot be resumed as asked changes nothing; one writer per run directory; a full disk.
+
+The kills are exact, not timed: `TRANSDUCE_FAULT=POINT[@N][:SIGNAL]` makes the trainer
+send itself SIGNAL the N-th time it reaches POINT (`transduce.io.fault_point`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from transduce import checkpoint
+from transduce.training import LOCK
+
+from .conftest import transduce_env
+from .toy import TINY_LSTM, recipe, write_task
+
+UPDATES, EVERY = 12, 3  # four validations
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> Path:
+    return write_task(tmp_path_factory.mktemp("faults"), "copy", n=300)
+
+
+def write_recipe(path: Path, prepared: Path, **train) -> Path:
+    settings = {"max_updates": UPDATES, "validate_every": EVERY, "select_on": "lev"}
+    data = recipe(prepared, {**TINY_LSTM, "dropout": 0.2}, threads=1, **{**settings, **train})
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def train(config: Path, out: Path, *extra: str, fault: str | None = None, wait: bool = True):
+    env = transduce_env()
+    env.pop("TRANSDUCE_FAULT", None)
+    if fault:
+        env["TRANSDUCE_FAULT"] = fault
+    command = [sys.executable, "-m", "transduce", "train", "-q", "--config", str(config)]
+    command += ["--out", str(out), *extra]
+    if not wait:
+        return subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    return checkpoint.load(path)["model"]
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    x, y = weights(a), weights(b)
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def outcome(run: Path) -> dict:
+    report = json.loads((run / "train.json").read_text(encoding="utf-8"))
+    return {
+        "test": report["test"],
+        "best": report["best"],
+        "history": [(h["update"], h["dev_scores"], h["train_loss"]) for h in report["history"]],
+        "predictions": (run / "test.predictions").read_text(encoding="utf-8"),
+    }
+
+
+@pytest.fixture(scope="module")
+def reference(toy, tmp_path_factory) -> tuple[Path, Path]:
+    """The uninterrupted run, and its recipe."""
+    root = tmp_path_factory.mktemp("reference")
+    config = write_recipe(root / "recipe.yaml", toy)
+    result = train(config, root / "run")
+    assert result.returncode == 0, result.stderr
+    return config, root / "run"
+
+
+def improving_validations(run: Path) -> list[int]:
+    """1-based numbers of the validations that wrote best.pt."""
+    history = json.loads((run / "train.json").read_text(encoding="utf-8"))["history"]
+    best, numbers = None, []
+    for number, entry in enumerate(history, 1):
+        score = entry["dev_scores"]["lev"]
+        if best is None or score < best:
+            best = score
+            numbers.append(number)
+    return numbers
+
+
+# Every write of a validation and of the run's end, and the points between them. "@2" and
+# "@3": the kill happens at a later validation, so that a resumed run has work to redo.
+KILL_POINTS = [
+    "validation@2",  # after the dev decode, before any checkpoint of the validation
+    "before-rename:last.pt@2",  # last.pt written to its temporary file, not renamed
+    "after-last@IMPROVED",  # last.pt records the new best, best.pt not yet written
+    "before-rename:best.pt@IMPROVED",  # best.pt's temporary file complete, not renamed
+    "after-best@2",  # both written, nothing else yet
+    "before-rename:config.yaml@1",  # the resolved config, at the start
+    "before-test",  # training done, test not decoded
+    "before-rename:test.predictions",
+    "before-report",  # test decoded, train.json not written
+    "before-rename:train.json",
+]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+@pytest.mark.parametrize("sig", ["KILL"])
+def test_killed_at_a_write_point_then_resumed_ends_bit_identical(
+    reference, tmp_path: Path, point: str, sig: str
+):
+    config, whole = reference
+    improved = [n for n in improving_validations(whole) if n > 1]
+    assert improved, "the reference run must improve after its first validation"
+    point = point.replace("IMPROVED", str(improved[0]))
+    run = tmp_path / "run"
+    killed = train(config, run, fault=f"{point}:{sig}")
+    assert killed.returncode == -getattr(signal, "SIG" + sig), killed.stderr
+    assert not (run / "train.json").exists()
+    if not (run / checkpoint.LAST).exists():  # killed before the first last.pt: start again
+        resumed = train(config, run, "--resume")
+        assert resumed.returncode == 2 and "without --resume" in resumed.stderr
+        resumed = train(config, run)
+    else:
+        resumed = train(config, run, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert outcome(run) == outcome(whole)
+    assert same_weights(run / "best.pt", whole / "best.pt")
+    assert same_weights(run / "last.pt", whole / "last.pt")
+    leftovers = sorted(p.name for p in run.iterdir() if p.name.startswith("."))
+    assert leftovers == [], leftovers  # temporaries and the lock are gone
+
+
+@pytest.mark.parametrize("sig", ["INT", "TERM"])
+def test_interrupted_by_a_signal_between_last_and_best_then_resumed(
+    reference, tmp_path: Path, sig: str
+):
+    config, whole = reference
+    improved = [n for n in improving_validations(whole) if n > 1]
+    run = tmp_path / "run"
+    stopped = train(config, run, fault=f"after-last@{improved[0]}:{sig}")
+    assert stopped.returncode != 0
+    assert "Traceback" not in stopped.stderr
+    resumed = train(config, run, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert outcome(run) == outcome(whole)
+    assert same_weights(run / "best.pt", whole / "best.pt")
+
+
+def test_resume_repairs_a_stale_best_pt_and_says_so(reference, tmp_path: Path):
+    """The issue's case: last.pt records its own update as the best, best.pt holds an
+    older one (a validation cut between the two writes): resumed, the test scores come from
+    the right weights."""
+    config, whole = reference
+    improved = [n for n in improving_validations(whole) if n > 1]
+    run = tmp_path / "run"
+    assert train(config, run, fault=f"after-last@{improved[0]}").returncode == -9
+    last = checkpoint.load(run / "last.pt")["training"]["progress"]
+    assert last["best_update"] == last["update"]
+    best = checkpoint.load(run / "best.pt")["training"]["progress"]["update"]
+    assert best < last["update"]
+    resumed = train(config, run, "--resume", "-v")
+    assert resumed.returncode == 0
+    assert "copied last.pt to best.pt" in resumed.stderr
+    assert outcome(run) == outcome(whole)
+
+
+def test_resume_refuses_a_best_pt_whose_weights_are_lost(reference, tmp_path: Path):
+    config, whole = reference
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    (run / "train.json").unlink()
+    state = checkpoint.load(run / "last.pt")
+    progress = state["training"]["progress"]
+    if progress["best_update"] == progress["update"]:  # as if an earlier one had been best
+        progress["best_update"] = progress["update"] - EVERY
+        checkpoint.save(run / "last.pt", {k: v for k, v in state.items() if k != "path"})
+    (run / "best.pt").unlink()
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    resumed = train(config, run, "--resume")
+    assert resumed.returncode == 2 and "whose weights are in no checkpoint" in resumed.stderr
+    assert len(resumed.stderr.strip().splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+
+def test_stale_temporaries_are_removed_on_resume(reference, tmp_path: Path):
+    config, _ = reference
+    run = tmp_path / "run"
+    assert train(config, run, fault="before-rename:last.pt@2").returncode == -9
+    temporaries = [p.name for p in run.iterdir() if p.name.startswith(".last.pt.")]
+    assert len(temporaries) == 1
+    (run / ".best.pt.abcd1234.tmp").write_bytes(b"partial")
+    (run / ".notes.abcd1234.tmp").write_bytes(b"the user's")  # not ours: kept
+    resumed = train(config, run, "--resume", "-v")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "removed .best.pt.abcd1234.tmp" in resumed.stderr
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == [
+        ".notes.abcd1234.tmp"
+    ]
+
+
+def test_resume_mid_epoch_with_other_batches_is_refused_and_changes_nothing(
+    toy, tmp_path: Path
+):
+    """Item 2: last.pt saved mid-epoch, resumed with another batch size: refused in one line
+    (it hung or crashed before), and config.yaml is not rewritten (item 3)."""
+    config = write_recipe(tmp_path / "recipe.yaml", toy)  # 3 updates: mid-epoch
+    run = tmp_path / "run"
+    assert train(config, run, "--set", "train.max_updates=3").returncode == 0
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    for extra in (["--set", "train.batch_size=100"], ["--set", "train.seed=2"]):
+        result = train(config, run, "--resume", *extra)
+        assert result.returncode == 2, result.stderr
+        assert "in the middle of epoch 1" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    fine = train(config, run, "--resume", "--set", "train.max_updates=6")
+    assert fine.returncode == 0, fine.stderr
+
+
+def test_a_failed_resume_leaves_every_file_as_it_was(reference, tmp_path: Path):
+    """Item 3: `--resume --set model.encoder_size=64` rewrote config.yaml before failing."""
+    config, whole = reference
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    for extra in (
+        ["--set", "model.encoder_size=64"],
+        ["--set", "model.embedding_dim=8"],
+        ["--set", "train.batch_size=0"],
+    ):
+        result = train(run / "config.yaml", run, "--resume", *extra)
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    again = train(run / "config.yaml", run, "--resume")
+    assert again.returncode == 0, again.stderr  # nothing was spoilt for a plain resume
+
+
+def test_a_second_writer_is_refused_with_the_holders_pid(toy, tmp_path: Path):
+    """Item 4: two `train` processes on one --out both ran and mixed their files."""
+    config = write_recipe(
+        tmp_path / "recipe.yaml", toy, max_updates=10**6, validate_every=10**6, max_epochs=10**6
+    )
+    run = tmp_path / "run"
+    first = train(config, run, wait=False)
+    try:
+        for _ in range(600):  # the lock is taken before the data is read
+            if (run / LOCK).exists() and (run / LOCK).read_text().strip():
+                break
+            time.sleep(0.05)
+        second = train(config, run, "--set", "train.max_updates=2")
+        assert second.returncode == 2, second.stderr
+        assert f"PID {first.pid}" in second.stderr
+        resumed = train(config, run, "--resume")
+        assert resumed.returncode == 2 and f"PID {first.pid}" in resumed.stderr
+    finally:
+        first.kill()
+        first.wait()
+    # the kernel dropped the dead holder's lock: the run can go on
+    result = train(config, run, "--set", "train.max_updates=2")
+    assert result.returncode in (0, 2)
+    assert "in use by another" not in result.stderr
+
+
+def _tmpfs(path: Path, size: str) -> bool:
+    path.mkdir()
+    if sys.platform != "linux" or shutil.which("mount") is None:
+        return False
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+    )
+    return done.returncode == 0
+
+
+def test_a_full_disk_during_training_is_one_line_and_resumable(reference, tmp_path: Path):
+    config, whole = reference
+    disk = tmp_path / "disk"
+    prepared = Path(yaml.safe_load(config.read_text())["data"]["prepared"])
+    data_bytes = sum(p.stat().st_size for p in prepared.iterdir())
+    checkpoint_bytes = (whole / "last.pt").stat().st_size
+    # room for the data, the first last.pt and part of the first best.pt
+    room = data_bytes + 4096 * len(list(prepared.iterdir())) + checkpoint_bytes * 3 // 2
+    if not _tmpfs(disk, f"{room // 1024 + 8}k"):
+        pytest.skip("cannot mount a small tmpfs here (needs root and mount)")
+    try:
+        local = disk / "data"
+        shutil.copytree(prepared, local)
+        data = yaml.safe_load(config.read_text())
+        data["data"]["prepared"] = str(local)
+        recipe_file = disk / "recipe.yaml"
+        recipe_file.write_text(yaml.safe_dump(data))
+        run = disk / "run"
+        full = train(recipe_file, run)
+        assert full.returncode == 2, full.stderr
+        assert "No space left on device" in full.stderr
+        assert len(full.stderr.strip().splitlines()) == 1 and "Traceback" not in full.stderr
+        assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
+        # the run moves to a disk with room: the partial run resumes and ends as the whole
+        moved = tmp_path / "run"
+        shutil.copytree(run, moved)
+        resumed = (
+            train(config, moved, "--resume")
+            if (moved / "last.pt").exists()
+            else train(config, moved)
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        assert outcome(moved) == outcome(whole)
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_the_fault_hook_is_inert_without_the_variable(monkeypatch):
+    from transduce import io
+    from transduce.io import fault_point
+
+    monkeypatch.setattr(io, "_fault_counts", {})
+    monkeypatch.delenv("TRANSDUCE_FAULT", raising=False)
+    fault_point("validation")  # nothing happens
+    monkeypatch.setenv("TRANSDUCE_FAULT", "validation@2:INT")
+    fault_point("after-last")  # another point: nothing
+    fault_point("validation")  # the first time: nothing
+    with pytest.raises(KeyboardInterrupt):
+        fault_point("validation")
+    assert os.environ["TRANSDUCE_FAULT"] == "validation@2:INT"
