@@ -206,9 +206,7 @@ def test_stale_temporaries_are_removed_on_resume(reference, tmp_path: Path):
     ]
 
 
-def test_resume_mid_epoch_with_other_batches_is_refused_and_changes_nothing(
-    toy, tmp_path: Path
-):
+def test_resume_mid_epoch_with_other_batches_is_refused_and_changes_nothing(toy, tmp_path: Path):
     """Item 2: last.pt saved mid-epoch, resumed with another batch size: refused in one line
     (it hung or crashed before), and config.yaml is not rewritten (item 3)."""
     config = write_recipe(tmp_path / "recipe.yaml", toy)  # 3 updates: mid-epoch
@@ -227,7 +225,7 @@ def test_resume_mid_epoch_with_other_batches_is_refused_and_changes_nothing(
 
 def test_a_failed_resume_leaves_every_file_as_it_was(reference, tmp_path: Path):
     """Item 3: `--resume --set model.encoder_size=64` rewrote config.yaml before failing."""
-    config, whole = reference
+    _, whole = reference
     run = tmp_path / "run"
     shutil.copytree(whole, run)
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}

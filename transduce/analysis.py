@@ -25,7 +25,7 @@ parses the command line and prints.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from transduce.config import DecodeConfig
 from transduce.data.batching import collate, plan_batches
 from transduce.data.dataset import load_prepared, parse_split_line
 from transduce.decoding import decode_all
-from transduce.errors import DataError, TransduceError
+from transduce.errors import ConfigError, DataError, TransduceError, plural
 from transduce.inference import Transducer
 from transduce.io import decode_lines, read_bytes
 from transduce.models import Seq2SeqModel, expect
@@ -65,14 +65,26 @@ def load_model(path: str) -> Transducer:
     return transducer
 
 
-def read_pairs(transducer: Transducer, data: Path, split: str = "test") -> list[Pair]:
-    """(source, reference) ids of a prepared split file, or of a prepared directory's split.
+def read_pairs(
+    transducer: Transducer,
+    data: Path,
+    split: str = "test",
+    warn: Callable[[str], None] | None = None,
+) -> list[Pair]:
+    """(source, reference) ids of a prepared split file, or of a prepared directory's split;
+    `warn` receives a message about symbols unknown to the model.
 
     Raises:
-        DataError: a line without a reference, or no lines.
+        DataError: a line without a reference, no lines, or data the model cannot read
+            (most of its symbols unknown: raw text, or another task's data).
     """
     if data.is_dir():
-        pairs = load_prepared(data).splits[split]
+        prepared = load_prepared(data)
+        if split not in prepared.splits:
+            raise ConfigError(
+                f"--split: {split!r} is not a split of {data} ({', '.join(prepared.splits)})"
+            )
+        pairs = prepared.splits[split]
         where = data / f"{split}.tsv"
     else:
         lines, _ = decode_lines(read_bytes(data), data)
@@ -83,6 +95,20 @@ def read_pairs(transducer: Transducer, data: Path, split: str = "test") -> list[
             raise DataError("a line without a reference (source<TAB>target)", where, number)
     if not pairs:
         raise DataError("no lines to analyze", where)
+    for side, vocab in (("source", transducer.source_vocab), ("target", transducer.target_vocab)):
+        symbols = [s for p in pairs for s in getattr(p, side)]
+        unknown = vocab.unknown(symbols)
+        if unknown * 2 > len(symbols):
+            first = next(n for n, p in enumerate(pairs, 1) if vocab.unknown(getattr(p, side)))
+            raise DataError(
+                f"{unknown} of {len(symbols)} {side} symbols are unknown to the model: not data "
+                "of its task, or not prepared (a prepared split has space-separated symbols), "
+                f"e.g. line {first}",
+                where,
+            )
+        if unknown and warn is not None:
+            count = plural(unknown, f"{side} symbol")
+            warn(f"{where}: {count} of {len(symbols)} unknown to the model (read as <unk>)")
     return [
         (transducer.source_vocab.encode(p.source), transducer.target_vocab.encode(p.target))
         for p in pairs

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -31,6 +32,7 @@ from transduce.errors import ConfigError, plural
 
 # Finding, reading and composing recipe files lives in recipe_loader; these names stay
 # importable from here.
+from transduce.recipe_loader import load_yaml_text
 from transduce.recipe_loader import read_yaml as read_yaml
 from transduce.recipe_loader import recipe_path as recipe_path
 from transduce.recipe_loader import shipped_recipes as shipped_recipes
@@ -365,6 +367,9 @@ def _convert(value: Any, kind: Any, where: str, errors: list[str]) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
             errors.append(f"{where}: expected a number, got {value!r}")
             return value
+        if not math.isfinite(value):
+            errors.append(f"{where}: expected a finite number, got {value!r}")
+            return value
         return float(value)
     if kind is str:
         if not isinstance(value, str):
@@ -457,7 +462,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
         if not sep or not key.strip():
             raise ConfigError(f"--set {override!r}: expected KEY=VALUE, e.g. train.batch_size=64")
         try:
-            value = yaml.safe_load(text)
+            value = load_yaml_text(text)
         except yaml.YAMLError:
             value = text
         node = data

@@ -6,6 +6,7 @@ layer turns them into a one-line red message on stderr and exit code 2.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 _MAX_VALUE_CHARS = 80
@@ -65,3 +66,49 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
 def shorten(value: str, limit: int = _MAX_VALUE_CHARS) -> str:
     """Cut `value` to at most `limit` characters, marking the cut with an ellipsis."""
     return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+class OutOfMemory(TransduceError):
+    """An allocation failed; the message names the size asked for and what to change."""
+
+
+def memory_request(error: BaseException) -> int | None:
+    """The bytes a failed allocation asked for, if `error` is an out-of-memory error (0 when
+    it does not say); None for any other error."""
+    if isinstance(error, MemoryError):
+        return 0
+    text = str(error)
+    oom = type(error).__name__ == "OutOfMemoryError" or (
+        isinstance(error, RuntimeError)
+        and ("not enough memory" in text or "can't allocate memory" in text)
+    )
+    if not oom:
+        return None
+    match = re.search(r"allocate (\d+) bytes", text) or re.search(
+        r"allocate ([0-9.]+) ([KMGT]i?B)", text
+    )
+    if match is None:
+        return 0
+    if match.lastindex == 1:
+        return int(match[1])
+    unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[match[2][0]]
+    return int(float(match[1]) * unit)
+
+
+def size_text(count: int) -> str:
+    """Bytes for people: 34.5 GB, 812 MB, 4 KB."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return f"{count} bytes"
+
+
+def out_of_memory(error: BaseException, what: str, hint: str) -> OutOfMemory | None:
+    """An `OutOfMemory` for `error` if it is one ("out of memory WHAT (asked for SIZE):
+    HINT"), else None."""
+    size = memory_request(error)
+    if size is None:
+        return None
+    asked = f" (asked for {size_text(size)})" if size else ""
+    where = f" {what}" if what else ""
+    return OutOfMemory(f"out of memory{where}{asked}: {hint}")

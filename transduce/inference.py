@@ -21,7 +21,7 @@ from transduce.data import tokens
 from transduce.data.dataset import model_source, parse_split_line
 from transduce.data.formats import inflection_source, split_tags
 from transduce.data.vocab import Vocab
-from transduce.errors import CheckpointError, DataError
+from transduce.errors import CheckpointError, ConfigError, DataError
 from transduce.models import Model
 from transduce.precision import use_bf16
 from transduce.tasks import Task, make_task
@@ -59,6 +59,8 @@ class Transducer:
     def from_checkpoint(
         cls, payload: dict[str, Any], device: str = "cpu", bf16: bool | None = None
     ) -> Transducer:
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--device cuda: this PyTorch sees no CUDA device; use --device cpu")
         resolved = torch.device(
             "cuda"
             if device == "auto" and torch.cuda.is_available()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,10 +107,32 @@ def purpose(name: str) -> str:
 # ----------------------------------------------------------------------------- bases
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as PyYAML reads it, except that `1e-3` is a number (YAML 1.2; YAML 1.1, and so
+    PyYAML, reads a float without a dot, `1e-3`, as a string)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def load_yaml_text(text: str) -> Any:
+    """Parse YAML text (a recipe, a --set value) with `_Loader`."""
+    return yaml.load(text, Loader=_Loader)
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """The mapping in a YAML file; a `ConfigError` naming the file (and line) if it has none."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml_text(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {error.object[error.start : error.start + 1]!r} "
+            f"at offset {error.start})"
+        ) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)

@@ -22,12 +22,13 @@ from typing import Any
 
 from transduce import defaults
 from transduce.data import tokens
-from transduce.data.prepared import is_prepared_file, prepared_side
+from transduce.data.prepared import prepared_side
 from transduce.errors import ConfigError, DataError, plural
 from transduce.io import STDIN, decode_lines, display, read_bytes
 from transduce.metrics import METRICS
 from transduce.metrics.base import DataFile, FileContent, Metric, Option, Score, check_bootstrap
 from transduce.metrics.corpus import Corpus
+from transduce.outputs import check_outputs as guard_outputs
 from transduce.registry import lookup
 from transduce.reporting import versions
 
@@ -342,16 +343,8 @@ def make_metrics(request: ScoreRequest) -> list[Metric]:
 
 
 def check_outputs(request: ScoreRequest, outputs: Sequence[str | Path | None]) -> None:
-    """Refuse to write a report over an input file or over a file of a prepared dataset."""
-    inputs = {Path(p).resolve() for p in [request.hyp, *request.refs] if p != STDIN}
-    for output in outputs:
-        if output is None:
-            continue
-        path = Path(output)
-        if path.resolve() in inputs:
-            raise ConfigError(f"{path}: is an input of this command; write the report elsewhere")
-        if is_prepared_file(path):
-            raise ConfigError(f"{path}: is part of a prepared dataset; write the report elsewhere")
+    """Refuse to write a report over an input file, a checkpoint or a prepared dataset."""
+    guard_outputs(outputs, [request.hyp, *request.refs])
 
 
 def _unit_warning(corpus: Corpus) -> list[str]:

@@ -32,7 +32,7 @@ import torch
 from transduce import config as configuration
 from transduce.checkpoint import Checkpointer, clean
 from transduce.data.batching import plan_batches
-from transduce.errors import CheckpointError, ConfigError
+from transduce.errors import CheckpointError, ConfigError, out_of_memory
 from transduce.io import DirectoryLock, atomic_write_text, fault_point, sha256_file
 from transduce.metrics import get_metric
 from transduce.models import Model
@@ -157,7 +157,11 @@ class Trainer:
         directory = self.task.prepared_dir(self.run_dir)
         data = self.task.load_data(directory, None if state is None else state["vocab"])
         torch.manual_seed(t.seed)
-        model = self.task.build_model({k: v.symbols for k, v in data.vocabs.items()})
+        try:
+            model = self.task.build_model({k: v.symbols for k, v in data.vocabs.items()})
+        except (MemoryError, RuntimeError) as error:
+            hint = f"the model's sizes (model.* of {c.model_name}) are too large"
+            raise out_of_memory(error, "building the model", hint) or error from None
         self.task.check_model(model, data)
         if state is None:
             message = self.task.initialize(model, data)
@@ -302,7 +306,17 @@ class Trainer:
             raise RuntimeError(f"batch {progress.batch} of an epoch of {len(batches)} batches")
         indices = batches[progress.batch]
         progress.update += 1
-        loss = self.update(model, optimizer, schedule, data, indices, progress.update)
+        try:
+            loss = self.update(model, optimizer, schedule, data, indices, progress.update)
+        except (MemoryError, RuntimeError) as error:
+            lengths = self.task.lengths(data)
+            longest = max(max(lengths[i]) for i in indices)
+            what = (
+                f"in update {progress.update}, a batch of {len(indices)} examples up to "
+                f"{longest} symbols long"
+            )
+            hint = "lower train.batch_size, or set data.max_source_length / max_target_length"
+            raise out_of_memory(error, what, hint) or error from None
         progress.batch += 1
         progress.loss_sum += loss
         progress.loss_updates += 1
@@ -352,8 +366,12 @@ class Trainer:
     ) -> None:
         """Dev loss and decoded dev scores; history, plateau schedule, checkpoints."""
         t = self.config.train
-        dev_loss, statistics = self.task.dev_loss(model, data)
-        scores, _ = self.task.evaluate(model, data, data.dev_eval)
+        try:
+            dev_loss, statistics = self.task.dev_loss(model, data)
+            scores, _ = self.task.evaluate(model, data, data.dev_eval)
+        except (MemoryError, RuntimeError) as error:
+            hint = "lower train.dev_batch_size or decode.max_output_length"
+            raise out_of_memory(error, "validating on the dev set", hint) or error from None
         score = scores[t.select_on]
         improved = progress.best_score is None or (
             score < progress.best_score if self.lower_is_better else score > progress.best_score

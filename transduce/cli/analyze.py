@@ -25,6 +25,7 @@ from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.errors import TransduceError
 from transduce.models import Seq2SeqModel, expect
+from transduce.outputs import check_outputs
 from transduce.reporting import to_json, write_json
 
 SHADES = " .:-=+*#%@"  # the terminal heatmap, weight 0 .. 1
@@ -91,10 +92,12 @@ def analyze_command(
         raise TransduceError(f"--threshold: must be in [0, 1), not {threshold}")
     if beam < 1 or batch_size < 1:
         raise TransduceError("--beam and --batch-size: must be at least 1")
+    check_outputs([report], [model, data])
     transducer = load_model(model)
+    check_outputs([report], [transducer.payload["path"]])
     if transducer.precision_warning:
         ui.warn(transducer.precision_warning)
-    pairs = read_pairs(transducer, data, split)
+    pairs = read_pairs(transducer, data, split, ui.warn)
     chosen = _lines(lines, len(pairs)) if plot is not None else []
     result = analyze(
         transducer, pairs, "forced" if forced else "decoded", threshold, beam, batch_size

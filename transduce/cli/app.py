@@ -8,6 +8,8 @@ real bugs only.
 from __future__ import annotations
 
 import errno
+import os
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -16,7 +18,7 @@ from typer.core import TyperGroup
 from transduce import __version__
 from transduce.cli import ui
 from transduce.cli.common import Verbosity
-from transduce.errors import TransduceError
+from transduce.errors import TransduceError, out_of_memory
 
 EXIT_USER_ERROR = 2
 
@@ -48,18 +50,63 @@ class _Group(TyperGroup):
 
     def invoke(self, ctx: Any) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            _flush_stdout()
+            return result
         except TransduceError as error:
             ui.error(str(error))
         except OSError as error:
-            if error.errno == errno.EPIPE or error.filename is None:
-                raise  # a closed pipe is handled quietly by Typer; others are bugs
-            ui.error(f"{error.filename}: {error.strerror}")
+            if error.errno == errno.EPIPE:
+                _silence_stdout()
+                raise typer.Exit(0) from None  # the reader went away (`| head`): not an error
+            ui.error(_os_message(error))
         except typer.TyperException as error:  # a usage error of a command (bad value, ...)
             if not _is_usage_error(error):
                 raise
             raise _usage_error(error) from None
+        except (MemoryError, RuntimeError) as error:
+            trouble = out_of_memory(
+                error, "", "use smaller batches, shorter sequences or a smaller model"
+            )
+            if trouble is None:
+                raise  # a bug: keep the traceback
+            ui.error(str(trouble))
         raise typer.Exit(EXIT_USER_ERROR)
+
+
+class _StdoutError(OSError):
+    """Writing to standard output failed."""
+
+
+def _flush_stdout() -> None:
+    """Flush what a command printed now, so that a failure (a full disk, a closed pipe) is
+    reported here as one line and not by the interpreter at exit."""
+    try:
+        sys.stdout.flush()
+    except OSError as error:
+        _silence_stdout()
+        raise _StdoutError(error.errno, error.strerror, "<stdout>") from None
+
+
+def _silence_stdout() -> None:
+    """Point standard output at /dev/null: nothing left in its buffer can fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def _os_message(error: OSError) -> str:
+    """One line for a failed file operation: the file, and what the system said."""
+    reason = error.strerror or str(error)
+    if error.filename is None:
+        # an unnamed stream: the only one a command writes without naming it is stdout
+        name = "<stdout>" if error.errno in (errno.ENOSPC, errno.EIO, errno.EFBIG) else None
+        return f"{name}: {reason}" if name else reason
+    name = error.filename if error.filename2 is None else f"{error.filename} -> {error.filename2}"
+    return f"{name}: {reason}"
 
 
 app = typer.Typer(

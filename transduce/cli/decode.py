@@ -15,6 +15,7 @@ from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
 from transduce.inference import Transducer
 from transduce.io import decode_lines, display, read_bytes
+from transduce.outputs import check_outputs
 from transduce.reporting import versions, write_json
 
 InputFormat = choices("InputFormat", ("raw", "tsv"))
@@ -77,7 +78,9 @@ def decode_command(
             "batch_size": batch_size,
         },
     )
+    check_outputs([report], [model, input])
     payload = checkpoint.load(model)
+    check_outputs([report], [payload["path"]])
     transducer = Transducer.from_checkpoint(payload, device.value, bf16)
     if transducer.precision_warning:
         ui.warn(transducer.precision_warning)

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+stderr = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)  # user text: no :x:
 _level = NORMAL
 
 

@@ -221,12 +221,14 @@ class Tsv(LineFormat):
 
     With `auto` units (the default), a side is read as `symbol` when most of its fields in
     the first file read (the training file) contain whitespace, else as `char`; the choice
-    holds for every split and is recorded in the manifest.
+    holds for every split and is recorded in the manifest. A line with more columns than
+    most lines of its file has a tab inside a field: an error (or skipped, --skip-invalid).
     """
 
     name = "tsv"
     description = "any tab-separated file: --source-col, --target-col, --features-col"
     Options = TsvOptions
+    _columns: int | None = None  # of the file being read
 
     def validate(self) -> None:
         o = self.options
@@ -248,10 +250,15 @@ class Tsv(LineFormat):
 
     def read(self, files: Sequence[InputFile], ctx: ReadContext) -> list[Example]:
         o = self.options
+        (file,) = files
+        quiet = dataclasses.replace(ctx, problems=Problems(skip=True))
+        rows = [line.split("\t") for _, line in _lines(file, quiet) if line.strip()]
+        # the file's own number of columns (its most common): a line with more has a tab
+        # inside a field, whose rest would be lost without a word
+        widths = Counter(len(r) for r in rows)
+        used = max(o.source_col, o.target_col, o.features_col or 0)
+        self._columns = max(max(widths, key=lambda w: (widths[w], w)), used) if widths else None
         if "auto" in (o.source_unit, o.target_unit):
-            (file,) = files
-            quiet = dataclasses.replace(ctx, problems=Problems(skip=True))
-            rows = [line.split("\t") for _, line in _lines(file, quiet) if line.strip()]
             if o.source_unit == "auto":
                 o.source_unit = tokens.guess_unit(
                     [r[o.source_col - 1] for r in rows if len(r) >= o.source_col]
@@ -273,6 +280,14 @@ class Tsv(LineFormat):
         if len(cols) < needed:
             raise DataError(
                 f"expected at least {needed} tab-separated columns, found {len(cols)}",
+                file.name,
+                number,
+                line,
+            )
+        if self._columns is not None and len(cols) > self._columns:
+            raise DataError(
+                f"{len(cols)} tab-separated columns where the file's lines have "
+                f"{self._columns}: a tab inside a field?",
                 file.name,
                 number,
                 line,
