@@ -13,6 +13,9 @@ BPE_MERGES = 2000  # Rios et al. 2021 §4.1, Swiss German normalization
 # score
 METRICS = ("wer", "per")
 UNIT = "auto"
+# The longest input line decode and score take, in characters (a longer one is an error):
+# a word or sentence of this field is far shorter, and a 1 MB line is a wrong file.
+MAX_LINE_LENGTH = 10_000
 PER_AVERAGE = "corpus"
 BOOTSTRAP_SEED = 12345
 CONFIDENCE = 0.95

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import ctypes
 import hashlib
 import os
 import re
@@ -38,6 +39,15 @@ class BadLine:
     line: int
     message: str
     value: str
+
+
+def resolved(path: str | Path) -> Path:
+    """`path` made absolute with its links followed, as far as they can be (a link loop or
+    an unreadable folder stops there, with no error)."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):  # Python < 3.13 raises RuntimeError for a link loop
+        return Path(path).absolute()
 
 
 def read_bytes(path: str | Path) -> bytes:
@@ -114,6 +124,21 @@ def decode_lines(
     return lines, bad
 
 
+def check_line_lengths(lines: list[str | None], path: str | Path, limit: int | None) -> None:
+    """A `DataError` for the first line longer than `limit` characters (None: no limit)."""
+    if limit is None:
+        return
+    for number, line in enumerate(lines, 1):
+        if line is not None and len(line) > limit:
+            raise DataError(
+                f"a line of {len(line):,} characters, over the limit of {limit:,} "
+                "(--max-line-length)",
+                display(path),
+                number,
+                line,
+            )
+
+
 def sha256_bytes(data: bytes) -> str:
     """Hex SHA-256 of `data`."""
     return hashlib.sha256(data).hexdigest()
@@ -137,8 +162,13 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     """
     path = Path(path)
     if path.exists() and not path.is_file():  # /dev/stdout, a FIFO: write into it, no rename
-        with open(path, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
+        if path.is_dir():
+            raise TransduceError(f"{path}: is a directory; give a file name")
+        try:
+            with open(path, "w", encoding="utf-8", newline="\n") as handle:
+                handle.write(text)
+        except OSError as error:
+            raise _named(error, path) from None
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_binary(path) as handle:
@@ -308,12 +338,47 @@ def _umask() -> int:
     return mask
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where
+    the system or its file system cannot."""
+    if sys.platform != "linux":
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    done = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return done == 0
+
+
+def recover_directory(target: Path) -> list[str]:
+    """Put back a directory that a replacement killed between its two renames left in a
+    hidden `.NAME.*.old/dir`, and remove the temporaries of killed builds. Call with the
+    target's lock held. Returns what was done, as messages."""
+    target = Path(target)
+    parent = target.absolute().parent
+    done = []
+    for stale in stale_temporaries(parent, [target.name]):
+        kept = stale / "dir"
+        if stale.name.endswith(".old") and kept.is_dir() and not target.exists():
+            os.replace(kept, target)
+            done.append(f"{target}: put back the directory an interrupted --force had moved away")
+        remove(stale)
+        done.append(f"removed {stale.name}, left by an interrupted prepare")
+    return done
+
+
 @contextlib.contextmanager
 def atomic_directory(target: str | Path, *, force: bool = False) -> Iterator[Path]:
     """Build a directory under a temporary name and move it into place when done.
 
-    Yields the temporary directory to write into. On success it is renamed to `target`;
-    on any failure it is removed and `target` is left exactly as it was.
+    Yields the temporary directory to write into. On success it replaces `target`; on any
+    failure it is removed and `target` is left exactly as it was. The replacement of an
+    existing directory is one atomic exchange where Linux allows it; elsewhere it is two
+    renames, and a process killed between them leaves the old directory in
+    `.NAME.*.old/dir`, which `recover_directory` (run by the next `prepare`) puts back.
 
     Args:
         target: The directory to create.
@@ -321,7 +386,7 @@ def atomic_directory(target: str | Path, *, force: bool = False) -> Iterator[Pat
             raised before anything is written).
     """
     target = Path(target)
-    if target.exists() and not target.is_dir():
+    if (target.exists() or target.is_symlink()) and not target.is_dir():
         raise TransduceError(f"{target}: exists and is not a directory")
     if target.is_dir() and any(target.iterdir()) and not force:
         raise TransduceError(
@@ -333,10 +398,16 @@ def atomic_directory(target: str | Path, *, force: bool = False) -> Iterator[Pat
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; the result should not be
     try:
         yield tmp
+        fault_point(f"before-rename:{target.name}")
         if target.is_dir():
+            if _exchange(tmp, target):  # target is the new one; tmp holds the old
+                fault_point(f"after-exchange:{target.name}")
+                shutil.rmtree(tmp, ignore_errors=True)
+                return
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=parent))
             os.replace(target, old / "dir")
             try:
+                fault_point(f"between-renames:{target.name}")
                 os.replace(tmp, target)
             except BaseException:
                 os.replace(old / "dir", target)  # put the old directory back

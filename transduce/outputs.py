@@ -10,7 +10,7 @@ from pathlib import Path
 
 from transduce.data.prepared import is_prepared_file
 from transduce.errors import ConfigError
-from transduce.io import STDIN
+from transduce.io import STDIN, resolved
 
 # What `train` writes in a run directory (a folder with a last.pt or best.pt).
 RUN_FILES = ("last.pt", "best.pt", "config.yaml", "train.json", "test.predictions")
@@ -34,19 +34,19 @@ def check_outputs(
         outputs: The paths the command will write (None: not asked for; "-": stdout).
         inputs: The files and directories the command reads.
     """
-    read = {Path(p).resolve() for p in inputs if p is not None and str(p) != STDIN}
+    read = {resolved(p) for p in inputs if p is not None and str(p) != STDIN}
     for output in outputs:
         if output is None or str(output) == STDIN:
             continue
         path = Path(output)
-        resolved = path.resolve()
-        if resolved in read:
+        absolute = resolved(path)
+        if absolute in read:
             raise ConfigError(f"{path}: is an input of this command; write the report elsewhere")
         if path.is_dir():
             raise ConfigError(f"{path}: is a directory; give a file name")
         if is_prepared_file(path):
             raise ConfigError(f"{path}: is part of a prepared dataset; write the report elsewhere")
-        in_run = any((resolved.parent / name).is_file() for name in RUN_FILES[:2])
+        in_run = any((absolute.parent / name).is_file() for name in RUN_FILES[:2])
         if (in_run and path.name in RUN_FILES) or (path.is_file() and _is_checkpoint(path)):
             raise ConfigError(
                 f"{path}: is a checkpoint or a file of a run directory; write the report elsewhere"

@@ -83,12 +83,13 @@ class ConsoleReporter(Reporter):
     def validation(self, entry: dict[str, Any]) -> None:
         line = _summary(entry)
         self.last = " ".join(f"dev {k} {v:.2f}" for k, v in entry["dev_scores"].items())
-        (self.bar.console if self.bar is not None else self.console).print(line, highlight=False)
+        console = self.bar.console if self.bar is not None else self.console
+        console.print(line, highlight=False, markup=False, emoji=False)
 
     def message(self, text: str) -> None:
         if not self.quiet:
             (self.bar.console if self.bar is not None else self.console).print(
-                text, highlight=False
+                text, highlight=False, markup=False, emoji=False
             )
 
     def stop(self) -> None:

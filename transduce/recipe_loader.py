@@ -31,6 +31,7 @@ import yaml
 
 from transduce import defaults
 from transduce.errors import ConfigError, DataError, plural
+from transduce.io import resolved
 
 if TYPE_CHECKING:  # importlib.resources.abc is Python 3.11+
     from importlib.resources.abc import Traversable
@@ -170,7 +171,7 @@ def compose(path: Path) -> tuple[dict[str, Any], list[Path]]:
     layers: list[dict[str, Any]] = []
     current = path
     while True:
-        if any(current.resolve() == seen.resolve() for seen in chain):
+        if any(resolved(current) == resolved(seen) for seen in chain):
             cycle = " -> ".join(str(p) for p in [*chain, current])
             raise ConfigError(f"{path}: base: the recipes name each other in a cycle: {cycle}")
         chain.append(current)
@@ -203,11 +204,11 @@ def _base_file(base: Any, naming: Path, chain: list[Path]) -> Path:
     if not isinstance(base, str) or not base.strip():
         raise ConfigError(f"{naming}: base: expected a recipe path or name, got {base!r}")
     relative = naming.parent / base
-    seen = {p.resolve() for p in chain}
+    seen = {resolved(p) for p in chain}
     candidates = (relative, relative.with_name(relative.name + SUFFIX))
     for candidate in candidates:
         if candidate.is_file():
-            if candidate.resolve() not in seen or shipped_recipe(base) is None:
+            if resolved(candidate) not in seen or shipped_recipe(base) is None:
                 return candidate
             break
     shipped = shipped_recipe(base)

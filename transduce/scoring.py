@@ -24,7 +24,7 @@ from transduce import defaults
 from transduce.data import tokens
 from transduce.data.prepared import prepared_side
 from transduce.errors import ConfigError, DataError, plural
-from transduce.io import STDIN, decode_lines, display, read_bytes
+from transduce.io import STDIN, check_line_lengths, decode_lines, display, read_bytes
 from transduce.metrics import METRICS
 from transduce.metrics.base import DataFile, FileContent, Metric, Option, Score, check_bootstrap
 from transduce.metrics.corpus import Corpus
@@ -62,6 +62,7 @@ class ScoreRequest:
     merge_variants: bool = False
     source_col: int = 1
     data_files: dict[str, str] = field(default_factory=dict)
+    max_line_length: int | None = defaults.MAX_LINE_LENGTH
 
 
 @dataclass
@@ -101,6 +102,7 @@ def read_column(
     flag: str = "--ref-col",
     encoding: str = defaults.ENCODING,
     files: Files | None = None,
+    max_line_length: int | None = defaults.MAX_LINE_LENGTH,
 ) -> Column:
     """Read the lines of `path`, or the 1-based `column` of its tab-separated lines.
 
@@ -113,7 +115,9 @@ def read_column(
     files = {} if files is None else files
     if path not in files:
         data = read_bytes(path)
-        files[path] = data, decode_lines(data, display(path), encoding)[0]  # type: ignore[assignment]
+        lines = decode_lines(data, display(path), encoding)[0]
+        check_line_lengths(lines, path, max_line_length)
+        files[path] = data, lines  # type: ignore[assignment]
     data, lines = files[path]
     if column is None:
         if prepared_side(path, data, 2) is not None:
@@ -194,7 +198,8 @@ def load_corpus(request: ScoreRequest) -> Loaded:
         flags = [_flag(key) for key, users in declared_files().items() if _with_sources(users)]
         raise ConfigError(f"--source-col goes with {' or '.join(['--merge-variants', *flags])}")
     files: Files = {}
-    hyps = read_column(request.hyp, request.hyp_col, "--hyp-col", request.encoding, files)
+    limit = request.max_line_length
+    hyps = read_column(request.hyp, request.hyp_col, "--hyp-col", request.encoding, files, limit)
     sources: list[list[str]] | None = None
     if any(str(path).endswith(".conllu") for path in request.refs):
         if len(request.refs) > 1 or request.ref_col is not None or request.merge_variants:
@@ -204,7 +209,7 @@ def load_corpus(request: ScoreRequest) -> Loaded:
         sources = [words for words, _ in sentences]
     else:
         refs = [
-            read_column(path, request.ref_col, "--ref-col", request.encoding, files)
+            read_column(path, request.ref_col, "--ref-col", request.encoding, files, limit)
             for path in request.refs
         ]
         if needs_sources:

@@ -135,6 +135,7 @@ class Trainer:
         self.task = task
         self.device, self.bf16 = task.device, task.bf16  # batches and model on one device
         self.checkpoints = Checkpointer(self.run_dir)
+        self.notes: list[str] = []  # what setup has to say, said once the run is sure to start
         self.lower_is_better = not get_metric(config.train.select_on).higher_is_better
 
     def batches(self, data: TaskData, epoch: int) -> list[list[int]]:
@@ -166,11 +167,11 @@ class Trainer:
         if state is None:
             message = self.task.initialize(model, data)
             if message:
-                self.reporter.message(message)
+                self.notes.append(message)
         model = model.to(self.device)
-        self.reporter.message(f"model {c.model_name}: {model.parameter_count():,} parameters")
+        self.notes.append(f"model {c.model_name}: {model.parameter_count():,} parameters")
         for warning in ([self._bf16_warning] if self._bf16_warning else []) + self.task.warnings():
-            self.reporter.message(f"warning: {warning}")
+            self.notes.append(f"warning: {warning}")
         optimizer = make_optimizer(model, t.optimizer)
         schedule = Schedule(t.schedule, optimizer, t.optimizer.lr, t.max_updates)
         progress = Progress()
@@ -191,7 +192,7 @@ class Trainer:
             torch.set_rng_state(training["rng"]["torch"])
             if "cuda" in training["rng"] and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all(training["rng"]["cuda"])
-            self.reporter.message(f"resuming at update {progress.update}, epoch {progress.epoch}")
+            self.notes.append(f"resuming at update {progress.update}, epoch {progress.epoch}")
         return data, model, optimizer, schedule, progress
 
     def _check_same_model(self, state: dict[str, Any]) -> None:
@@ -236,6 +237,10 @@ class Trainer:
 
         The run directory is locked for the life of the call. A resumed run changes nothing
         in it until the configuration is checked against last.pt and the model loaded."""
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise ConfigError(
+                f"{self.run_dir}: exists and is not a directory; choose another --out"
+            )
         fresh = not self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         lock = DirectoryLock(self.run_dir / LOCK, self.run_dir).acquire()
@@ -259,7 +264,8 @@ class Trainer:
         if state is not None:
             self._check_plan(data, progress)
         repairs = clean(self.checkpoints.stale_temporaries())
-        for message in repairs + (self.checkpoints.check(state) if state is not None else []):
+        repairs += self.checkpoints.check(state) if state is not None else []
+        for message in [f"run directory: {self.run_dir}", *self.notes, *repairs]:
             self.reporter.message(message)
         atomic_write_text(self.run_dir / "config.yaml", _yaml(configuration.resolved(self.config)))
         total = t.max_updates

@@ -8,13 +8,14 @@ from typing import Annotated
 
 import typer
 
-from transduce import checkpoint
+from transduce import checkpoint, defaults
 from transduce import config as configuration
 from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
+from transduce.errors import ConfigError
 from transduce.inference import Transducer
-from transduce.io import decode_lines, display, read_bytes
+from transduce.io import check_line_lengths, decode_lines, display, read_bytes
 from transduce.outputs import check_outputs
 from transduce.reporting import versions, write_json
 
@@ -53,6 +54,9 @@ def decode_command(
         typer.Option(help="Output limit in symbols (default: 2 x input + 10).", show_default=False),
     ] = None,
     device: Annotated[Device, typer.Option(help="cpu, cuda or auto.")] = CPU,
+    max_line_length: Annotated[
+        int, typer.Option(help="The longest input line, in characters (a longer one is an error).")
+    ] = defaults.MAX_LINE_LENGTH,
     bf16: Annotated[
         bool | None,
         typer.Option(
@@ -78,6 +82,8 @@ def decode_command(
             "batch_size": batch_size,
         },
     )
+    if max_line_length < 1:
+        raise ConfigError(f"--max-line-length: must be at least 1, not {max_line_length}")
     check_outputs([report], [model, input])
     payload = checkpoint.load(model)
     check_outputs([report], [payload["path"]])
@@ -85,6 +91,7 @@ def decode_command(
     if transducer.precision_warning:
         ui.warn(transducer.precision_warning)
     lines = decode_lines(read_bytes(input), display(input))[0]
+    check_line_lengths(lines, input, max_line_length)
     start = time.perf_counter()
     predictions = transducer.transduce(lines, display(input), input_format.value, options=options)
     seconds = time.perf_counter() - start

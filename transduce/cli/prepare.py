@@ -141,7 +141,7 @@ def prepare_command(
         force=force,
         encoding=encoding,
     )
-    _summary(out, prepare(request))
+    _summary(out, prepare(request, ui.info))
 
 
 def _summary(out: Path, manifest: dict[str, Any]) -> None:

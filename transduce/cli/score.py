@@ -19,6 +19,7 @@ from transduce import defaults
 from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
+from transduce.errors import ConfigError
 from transduce.io import atomic_write_text
 from transduce.metrics import METRICS
 from transduce.metrics.corpus import UNITS
@@ -99,6 +100,9 @@ def score_command(
         int, _option("The source column for --merge-variants (and the words for --train).", _IN)
     ] = 1,
     encoding: Annotated[str, _option("Encoding of the input files.", _IN)] = defaults.ENCODING,
+    max_line_length: Annotated[
+        int, _option("The longest line read, in characters (a longer one is an error).", _IN)
+    ] = defaults.MAX_LINE_LENGTH,
     # here the flags of the metrics' declarations: see _with_metric_flags
     json_: Annotated[
         bool, typer.Option("--json", help="Print the JSON report on stdout.", rich_help_panel=_OUT)
@@ -123,8 +127,10 @@ def score_command(
     options, files = flag_values(names, {k: getattr(v, "value", v) for k, v in flags.items()})
     request = ScoreRequest(
         hyp, list(refs), names, unit.value, hyp_col, ref_col, ref_sep, options, bootstrap, seed,
-        encoding, merge_variants, source_col, files,
+        encoding, merge_variants, source_col, files, max_line_length,
     )  # fmt: skip
+    if max_line_length < 1:
+        raise ConfigError(f"--max-line-length: must be at least 1, not {max_line_length}")
     check_outputs(request, [report, per_item])
     start = time.perf_counter()
     result, loaded, metrics = score_request(request)

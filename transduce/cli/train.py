@@ -83,7 +83,6 @@ def train_command(
             raise ConfigError("give --config RECIPE")
         source = config
     cfg, _ = configuration.load(source, overrides, data_root)
-    ui.info(f"run directory: {run_dir}")
     reporter = ConsoleReporter(ui.stderr, quiet=ui.verbosity() < ui.NORMAL)
     report = Trainer(cfg, run_dir, resume=resume, reporter=reporter).run()
     _summary(report, run_dir)

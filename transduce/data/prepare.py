@@ -12,7 +12,7 @@ import datetime
 import json
 import platform
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,14 @@ from transduce import __version__, defaults
 from transduce.data.formats import Example, Format, InputFile, Problems, ReadContext, get_format
 from transduce.data.splits import check_ratios, source_key, split_examples
 from transduce.errors import ConfigError, DataError
-from transduce.io import atomic_directory, sha256_bytes
+from transduce.io import (
+    DirectoryLock,
+    atomic_directory,
+    recover_directory,
+    resolved,
+    sha256_bytes,
+    sha256_file,
+)
 from transduce.reporting import to_json
 
 SPLITS = ("train", "dev", "test")
@@ -74,12 +81,12 @@ def _check_output(out: Path, force: bool, inputs: dict[str, list[Path]]) -> None
     manifest, holding only what prepare wrote); never another directory, one holding an
     input or something the user added, or the working directory.
     """
-    target = out.resolve()
+    target = resolved(out)
     for paths in inputs.values():
         for path in paths:
-            if Path(path).resolve().is_relative_to(target):
+            if resolved(path).is_relative_to(target):
                 raise ConfigError(f"{path}: an input file is inside the output directory {out}")
-    if Path.cwd().resolve().is_relative_to(target):
+    if resolved(Path.cwd()).is_relative_to(target):
         raise ConfigError(f"{out}: the output directory contains the working directory")
     if force and target.is_dir() and any(target.iterdir()):
         try:
@@ -102,10 +109,25 @@ def _check_output(out: Path, force: bool, inputs: dict[str, list[Path]]) -> None
                 f"{out}: --force would delete files that prepare did not write: "
                 f"{', '.join(others[:5])}; move them or choose another --out"
             )
+        # the manifest names the files prepare wrote, with their SHA-256: a file whose
+        # content is not what it says was not written by prepare (or was changed since)
+        for name in sorted(ours - {MANIFEST}):
+            path = target / name
+            if not path.exists() and not path.is_symlink():
+                continue
+            recorded = (manifest["outputs"].get(name) or {}).get("sha256")
+            if not path.is_file() or path.is_symlink() or sha256_file(path) != recorded:
+                raise ConfigError(
+                    f"{out / name}: is not the file prepare wrote (its SHA-256 is not the "
+                    "manifest's); --force would delete it: move it or choose another --out"
+                )
 
 
-def prepare(request: PrepareRequest) -> dict[str, Any]:
+def prepare(request: PrepareRequest, notify: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Read, split, and write a prepared dataset directory; return its manifest.
+
+    The output is locked while prepare runs; what an interrupted earlier prepare left is
+    put back or removed first (`notify` hears of it).
 
     Raises:
         ConfigError: bad options (before any data is read).
@@ -115,7 +137,21 @@ def prepare(request: PrepareRequest) -> dict[str, Any]:
     fmt = get_format(request.format, **request.options)
     check_ratios(request.dev_ratio, request.test_ratio)
     _check_inputs(fmt, request.inputs)
-    _check_output(Path(request.out), request.force, request.inputs)
+    out = Path(request.out)
+    try:
+        parent = out.absolute().parent
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise DataError(f"cannot create the output's folder: {error.strerror}", out) from None
+    with DirectoryLock(parent / f".{out.name}.lock", out):
+        for message in recover_directory(out):
+            if notify is not None:
+                notify(message)
+        _check_output(out, request.force, request.inputs)
+        return _prepare(request, fmt)
+
+
+def _prepare(request: PrepareRequest, fmt: Format) -> dict[str, Any]:
     with atomic_directory(request.out, force=request.force) as workdir:
         files = {
             split: [InputFile.read(p) for p in paths] for split, paths in request.inputs.items()
