@@ -463,3 +463,22 @@ def test_out_of_memory_names_the_size_and_the_option(ws: Path, tmp_path: Path):
     config.write_text(yaml.safe_dump(data), encoding="utf-8")
     result = cli("train", "-q", "-c", config, "-o", tmp_path / "long", memory=limit)
     assert_one_line(result, "out of memory in update", "asked for", "max_source_length")
+
+
+def test_analyze_warns_about_some_unknown_symbols(run, ws: Path, tmp_path: Path):
+    lines = (ws / PREPARED / "dev.tsv").read_text(encoding="utf-8").splitlines()
+    source, target = lines[0].split("\t")[:2]
+    data = tmp_path / "dev.tsv"
+    data.write_text("\n".join([f"{source} Q\t{target}", *lines[1:]]) + "\n", encoding="utf-8")
+    result = run("analyze-monotonicity", ws / "run", data)
+    assert result.exit_code == 0, result.output
+    assert "1 source symbol of" in result.stderr and "unknown to the model" in result.stderr
+
+
+def test_a_tab_inside_a_field_is_skipped_and_counted_with_skip_invalid(run, ws, tmp_path):
+    out = tmp_path / "out"
+    result = run("prepare", "tsv", ws / "tab-inside.tsv", "-o", out, "--skip-invalid")
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["skipped"]["total"] == 1
+    assert "a tab inside a field" in " ".join(manifest["skipped"]["examples"])

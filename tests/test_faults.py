@@ -300,6 +300,7 @@ def test_a_full_disk_during_training_is_one_line_and_resumable(reference, tmp_pa
         full = train(recipe_file, run)
         assert full.returncode == 2, full.stderr
         assert "No space left on device" in full.stderr
+        assert ".tmp" not in full.stderr and ".pt: " in full.stderr  # the user's file, named
         assert len(full.stderr.strip().splitlines()) == 1 and "Traceback" not in full.stderr
         assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
         # the run moves to a disk with room: the partial run resumes and ends as the whole
@@ -329,3 +330,74 @@ def test_the_fault_hook_is_inert_without_the_variable(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         fault_point("validation")
     assert os.environ["TRANSDUCE_FAULT"] == "validation@2:INT"
+
+
+# ---------------------------------------------------------------------- prepare --force
+
+
+def prepare(out: Path, source: Path, *extra: str, fault: str | None = None, exchange=True):
+    env = transduce_env()
+    env.pop("TRANSDUCE_FAULT", None)
+    if fault:
+        env["TRANSDUCE_FAULT"] = fault
+    code = (
+        "import sys, transduce.io as io\n"
+        + ("" if exchange else "io._exchange = lambda a, b: False\n")
+        + "from transduce.cli import app\n"
+        + "app(prog_name='transduce', args=sys.argv[1:])\n"
+    )
+    command = [sys.executable, "-c", code, "prepare", "tsv", str(source), "-o", str(out), *extra]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+def tree(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+@pytest.mark.parametrize(
+    ("exchange", "point"),
+    [
+        (True, "before-rename:out"),  # the new directory complete, not in place
+        (True, "after-exchange:out"),  # in place; the old one not yet deleted
+        (False, "before-rename:out"),
+        (False, "between-renames:out"),  # the old one moved away, the new not in place
+    ],
+    ids=["exchange-before", "exchange-after", "renames-before", "renames-between"],
+)
+def test_prepare_force_killed_anywhere_leaves_a_whole_dataset(
+    tmp_path: Path, exchange: bool, point: str
+):
+    """Item 11: a crash between --force's two renames left nothing at --out. Now --out
+    always holds the old or the new dataset, and the next prepare cleans up."""
+    first, second = tmp_path / "first.tsv", tmp_path / "second.tsv"
+    first.write_text("".join(f"w{i}\tW {i}\n" for i in range(60)), encoding="utf-8")
+    second.write_text("".join(f"v{i}\tV {i}\n" for i in range(80)), encoding="utf-8")
+    out = tmp_path / "out"
+    assert prepare(out, first).returncode == 0
+    old = tree(out)
+    killed = prepare(out, second, "--force", fault=point, exchange=exchange)
+    assert killed.returncode == -9, killed.stderr
+    if point == "between-renames:out":
+        assert not out.exists()  # what a crash here leaves; the next prepare puts it back
+        again = prepare(out, second, "--force", exchange=exchange)
+        assert again.returncode == 0, again.stderr
+        assert "put back the directory" in again.stderr
+    else:
+        assert out.is_dir()
+        assert (tree(out) == old) == (point == "before-rename:out")
+        again = prepare(out, second, "--force", exchange=exchange)
+        assert again.returncode == 0, again.stderr
+    assert "train.tsv" in tree(out) and b"V" in tree(out)["train.tsv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.tsv", "out", "second.tsv"]
+
+
+def test_a_second_prepare_on_one_output_is_refused(tmp_path: Path):
+    source = tmp_path / "words.tsv"
+    source.write_text("".join(f"w{i}\tW {i}\n" for i in range(60)), encoding="utf-8")
+    out = tmp_path / "out"
+    from transduce.io import DirectoryLock
+
+    with DirectoryLock(tmp_path / ".out.lock", out):
+        result = prepare(out, source)
+    assert result.returncode == 2 and f"PID {os.getpid()}" in result.stderr
+    assert not out.exists()
