@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from transduce import defaults
@@ -145,7 +146,7 @@ def prepare_command(
 
 
 def _summary(out: Path, manifest: dict[str, Any]) -> None:
-    table = Table(title=f"{out} ({manifest['format']})", title_justify="left")
+    table = Table(title=escape(f"{out} ({manifest['format']})"), title_justify="left")
     for column in ("split", "entries", "source symbols", "target symbols"):
         table.add_column(column, justify="left" if column == "split" else "right")
     inventory = manifest["inventory"]
