@@ -20,6 +20,7 @@ def transduce_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.pop("COLUMNS", None)
+    env.pop("PYTHONUNBUFFERED", None)  # stdout buffered, as a user's shell has it
     return env
 
 

@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import pickle
-import resource
 import subprocess
 import sys
 from collections.abc import Callable
@@ -374,6 +373,8 @@ def test_yaml_1e_3_is_a_number(ws: Path, tmp_path: Path):
 def cli(*args, stdout=None, memory: int | None = None, **kwargs) -> subprocess.CompletedProcess:
     def limit() -> None:
         if memory is not None:
+            import resource
+
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
     return subprocess.run(
@@ -382,7 +383,7 @@ def cli(*args, stdout=None, memory: int | None = None, **kwargs) -> subprocess.C
         stdout=stdout if stdout is not None else subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=limit,
+        preexec_fn=limit if memory is not None else None,
         timeout=300,
         **kwargs,
     )
@@ -439,6 +440,7 @@ def test_a_closed_pipe_is_quiet(ws: Path):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS")
+@pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build needs more address space")
 def test_out_of_memory_names_the_size_and_the_option(ws: Path, tmp_path: Path):
     """Item 6: a huge model and a 300k-symbol training line under a 3 GB address space."""
     limit = 3 << 30
@@ -482,3 +484,26 @@ def test_a_tab_inside_a_field_is_skipped_and_counted_with_skip_invalid(run, ws, 
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["skipped"]["total"] == 1
     assert "a tab inside a field" in " ".join(manifest["skipped"]["examples"])
+
+
+def test_a_trailing_tab_is_not_a_tab_inside_a_field(run, tmp_path: Path):
+    source = tmp_path / "words.tsv"
+    lines = [f"w{i}\tW {i}" for i in range(60)]
+    lines[5] += "\t"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run("prepare", "tsv", source, "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+
+
+def test_prepare_never_touches_a_users_own_backups_beside_the_output(run, ws, tmp_path):
+    """The temporaries prepare cleans up carry its mark; a user's ".out.20240101.old" with
+    a "dir" inside, or ".out.backup_1.tmp", look alike but are not ours."""
+    (tmp_path / ".out.20240101.old" / "dir").mkdir(parents=True)
+    (tmp_path / ".out.20240101.old" / "dir" / "photo").write_text("mine\n", encoding="utf-8")
+    (tmp_path / ".out.backup_1.tmp").write_text("mine\n", encoding="utf-8")
+    before = snapshot(tmp_path)
+    result = run("prepare", "tsv", ws / "raw.tsv", "-o", tmp_path / "out", "--dev-ratio", "0.25",
+                 "--test-ratio", "0.25")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    after = snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if not k.startswith("out")} == before

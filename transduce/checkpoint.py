@@ -91,6 +91,11 @@ def _updates(payload: dict[str, Any]) -> tuple[int | None, int | None]:
     return progress.get("update"), progress.get("best_update")
 
 
+def _run_id(payload: dict[str, Any]) -> str | None:
+    """The id of the run that wrote a checkpoint (None before transduce 0.3.1)."""
+    return ((payload.get("training") or {}).get("progress") or {}).get("run_id")
+
+
 class Checkpointer:
     """The checkpoints of a run directory: `last.pt` after every validation (to resume),
     `best.pt` whenever the dev score improved (to decode and test).
@@ -132,10 +137,14 @@ class Checkpointer:
         update, best = _updates(state)
         path = self.run_dir / BEST
         try:
-            held: int | None = _updates(load(path))[0]
+            other = load(path)
+            held: int | None = _updates(other)[0]
             problem = None if held == best else f"holds update {held}"
+            if problem is None and _run_id(other) != _run_id(state):
+                problem = "is another run's"
         except CheckpointError as error:
-            held, problem = None, "missing" if not path.exists() else str(error)
+            reason = str(error).removeprefix(f"{path}: ")
+            held, problem = None, "missing" if not path.exists() else f"unreadable ({reason})"
         if problem is None:
             return []
         if best is not None and best == update:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import ctypes
+import errno
 import hashlib
 import os
 import re
@@ -184,7 +185,7 @@ def atomic_binary(path: Path) -> Iterator[BinaryIO]:
     the temporary file is removed and `path` is untouched.
     """
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_MARK}", suffix=".tmp", dir=path.parent)
     except OSError as error:
         raise _named(error, path) from None
     try:
@@ -198,6 +199,7 @@ def atomic_binary(path: Path) -> Iterator[BinaryIO]:
             raise _named(error, path) from None
         fault_point(f"before-rename:{path.name}")
         os.replace(tmp, path)
+        _sync_directory(path.parent)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -211,8 +213,32 @@ def _named(error: OSError, path: Path) -> OSError:
 
 
 # Temporary files and directories of `atomic_binary` and `atomic_directory`:
-# ".NAME.<8 random characters of tempfile>.tmp" beside NAME.
-_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.(?:tmp|old)$")
+# ".NAME.transduce-<8 random characters of tempfile>.tmp" (or .old) beside NAME; the mark
+# keeps a user's own ".data.backup_1.tmp" from ever being taken for one of ours.
+_MARK = "transduce-"
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.transduce-[a-z0-9_]{8}\.(?:tmp|old)$")
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable (a power loss cannot undo it); best effort."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """`path.write_bytes(data)`, with a failure (a full disk) naming `path`."""
+    try:
+        path.write_bytes(data)
+    except OSError as error:
+        raise _named(error, path) from None
 
 
 def stale_temporaries(directory: Path, names: Iterable[str] | None = None) -> list[Path]:
@@ -250,7 +276,10 @@ def fault_point(name: str) -> None:
     signal to this process the N-th time (default 1) POINT is reached; unset, this does
     nothing. The points: `validation` (before a validation's checkpoints), `after-last`
     (between last.pt and best.pt), `after-best` (after both), `before-rename:FILE` (a
-    temporary file complete, not yet renamed to FILE), `before-test`, `before-report`.
+    temporary file or directory complete, not yet renamed to FILE), `before-test`,
+    `before-report`, and of `prepare --force`: `after-exchange:DIR` (the new directory in
+    place, the old not yet deleted) and `between-renames:DIR` (without an atomic exchange:
+    the old directory moved aside, the new not yet in place).
     """
     spec = os.environ.get(FAULT_VARIABLE)
     if not spec:
@@ -259,7 +288,9 @@ def fault_point(name: str) -> None:
     head, _, tail = spec.rpartition(":")
     if head and tail in ("KILL", "INT", "TERM"):
         point, sig = head, tail
-    point, _, count = point.partition("@")
+    point, at, count = point.rpartition("@")
+    if not at:
+        point, count = count, ""
     if point != name:
         return
     _fault_counts[name] = _fault_counts.get(name, 0) + 1
@@ -297,7 +328,11 @@ class DirectoryLock:
                 raise _named(error, self.lock_file) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            except OSError as error:
+                if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    # a file system without locks (some NFS or FUSE mounts): go on unlocked
+                    os.close(fd)
+                    return self
                 holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
                 os.close(fd)
                 raise TransduceError(
@@ -362,7 +397,8 @@ def recover_directory(target: Path) -> list[str]:
     done = []
     for stale in stale_temporaries(parent, [target.name]):
         kept = stale / "dir"
-        if stale.name.endswith(".old") and kept.is_dir() and not target.exists():
+        ours = stale.is_dir() and [p.name for p in stale.iterdir()] == ["dir"]
+        if stale.name.endswith(".old") and ours and kept.is_dir() and not target.exists():
             os.replace(kept, target)
             done.append(f"{target}: put back the directory an interrupted --force had moved away")
         remove(stale)
@@ -394,7 +430,7 @@ def atomic_directory(target: str | Path, *, force: bool = False) -> Iterator[Pat
         )
     parent = target.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_MARK}", suffix=".tmp", dir=parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; the result should not be
     try:
         yield tmp
@@ -404,7 +440,9 @@ def atomic_directory(target: str | Path, *, force: bool = False) -> Iterator[Pat
                 fault_point(f"after-exchange:{target.name}")
                 shutil.rmtree(tmp, ignore_errors=True)
                 return
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=parent))
+            old = Path(
+                tempfile.mkdtemp(prefix=f".{target.name}.{_MARK}", suffix=".old", dir=parent)
+            )
             os.replace(target, old / "dir")
             try:
                 fault_point(f"between-renames:{target.name}")

@@ -113,11 +113,21 @@ class _Loader(yaml.SafeLoader):
     PyYAML, reads a float without a dot, `1e-3`, as a string)."""
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
+class _Dumper(yaml.SafeDumper):
+    """Writes what `_Loader` reads back the same: a string such as "1e5" is quoted."""
+
+
+for _kind in (_Loader, _Dumper):
+    _kind.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789"),
+    )
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML text of `data` (key order kept) that `load_yaml_text` reads back equal."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
 
 
 def load_yaml_text(text: str) -> Any:

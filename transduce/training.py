@@ -17,12 +17,14 @@ the same weights, bit for bit, as a run that was never stopped.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import json
 import random
 import sys
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from typing import Any
 import torch
 
 from transduce import config as configuration
-from transduce.checkpoint import Checkpointer, clean
+from transduce.checkpoint import LAST, Checkpointer, clean
 from transduce.data.batching import plan_batches
 from transduce.errors import CheckpointError, ConfigError, out_of_memory
 from transduce.io import DirectoryLock, atomic_write_text, fault_point, sha256_file
@@ -65,6 +67,7 @@ class Progress:
     history: list[dict[str, Any]] = field(default_factory=list)
     stop: str | None = None
     plan: str | None = None  # digest of the current epoch's batches (`plan_digest`)
+    run_id: str | None = None  # random, set at a run's start: its checkpoints carry it
 
 
 def plan_digest(batches: list[list[int]]) -> str:
@@ -174,7 +177,7 @@ class Trainer:
             self.notes.append(f"warning: {warning}")
         optimizer = make_optimizer(model, t.optimizer)
         schedule = Schedule(t.schedule, optimizer, t.optimizer.lr, t.max_updates)
-        progress = Progress()
+        progress = Progress(run_id=uuid.uuid4().hex)
         if state is not None:
             training = state["training"]
             try:
@@ -249,7 +252,8 @@ class Trainer:
         except BaseException:
             if fresh and not any(p.name != LOCK for p in self.run_dir.iterdir()):
                 lock.release()
-                self.run_dir.rmdir()  # a run that failed at once leaves no empty directory
+                with contextlib.suppress(OSError):  # a run that failed at once leaves no
+                    self.run_dir.rmdir()  # empty directory
             raise
         finally:
             lock.release()
@@ -257,6 +261,11 @@ class Trainer:
     def _run(self) -> dict[str, Any]:
         t = self.config.train
         start_time = time.perf_counter()
+        if not self.resume and (self.run_dir / LAST).exists():  # checked under the lock
+            raise ConfigError(
+                f"{self.run_dir}: already holds a run; --resume continues it, or choose another "
+                "--out"
+            )
         state = self.checkpoints.resume_state() if self.resume else None
         if state is not None:
             self._check_same_model(state)
@@ -520,6 +529,6 @@ def make_optimizer(model: Model, c: configuration.OptimizerConfig) -> torch.opti
 
 
 def _yaml(data: dict[str, Any]) -> str:
-    import yaml
+    from transduce.recipe_loader import dump_yaml
 
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    return dump_yaml(data)

@@ -54,11 +54,15 @@ class _Group(TyperGroup):
             _flush_stdout()
             return result
         except TransduceError as error:
+            _settle_stdout()
             ui.error(str(error))
         except OSError as error:
             if error.errno == errno.EPIPE:
                 _silence_stdout()
                 raise typer.Exit(0) from None  # the reader went away (`| head`): not an error
+            stdout_failed = _settle_stdout()
+            if error.filename is None and stdout_failed:
+                error = OSError(error.errno, error.strerror, STDOUT)
             ui.error(_os_message(error))
         except typer.TyperException as error:  # a usage error of a command (bad value, ...)
             if not _is_usage_error(error):
@@ -70,26 +74,39 @@ class _Group(TyperGroup):
             )
             if trouble is None:
                 raise  # a bug: keep the traceback
+            _settle_stdout()
             ui.error(str(trouble))
         raise typer.Exit(EXIT_USER_ERROR)
 
 
-class _StdoutError(OSError):
-    """Writing to standard output failed."""
+STDOUT = "<stdout>"
 
 
 def _flush_stdout() -> None:
-    """Flush what a command printed now, so that a failure (a full disk, a closed pipe) is
-    reported here as one line and not by the interpreter at exit."""
+    """Flush what a command printed now, so that a failure (a full disk) is reported here
+    as one line and not by the interpreter at exit."""
     try:
         sys.stdout.flush()
     except OSError as error:
         _silence_stdout()
-        raise _StdoutError(error.errno, error.strerror, "<stdout>") from None
+        raise OSError(error.errno, error.strerror, STDOUT) from None
+
+
+def _settle_stdout() -> bool:
+    """Before an error message: flush what the command printed (it keeps its data), or,
+    if stdout cannot take it, drop it so that the interpreter's exit cannot fail again.
+    Whether stdout failed."""
+    try:
+        sys.stdout.flush()
+        return False
+    except (OSError, ValueError):
+        _silence_stdout()
+        return True
 
 
 def _silence_stdout() -> None:
-    """Point standard output at /dev/null: nothing left in its buffer can fail again."""
+    """Point standard output at /dev/null, its buffer dropped: nothing left in it can fail
+    again at exit."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -102,9 +119,7 @@ def _os_message(error: OSError) -> str:
     """One line for a failed file operation: the file, and what the system said."""
     reason = error.strerror or str(error)
     if error.filename is None:
-        # an unnamed stream: the only one a command writes without naming it is stdout
-        name = "<stdout>" if error.errno in (errno.ENOSPC, errno.EIO, errno.EFBIG) else None
-        return f"{name}: {reason}" if name else reason
+        return reason
     name = error.filename if error.filename2 is None else f"{error.filename} -> {error.filename2}"
     return f"{name}: {reason}"
 

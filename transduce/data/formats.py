@@ -284,7 +284,8 @@ class Tsv(LineFormat):
                 number,
                 line,
             )
-        if self._columns is not None and len(cols) > self._columns:
+        extra = cols[self._columns :] if self._columns is not None else []
+        if any(c.strip() for c in extra):  # empty extra columns (a trailing tab) are harmless
             raise DataError(
                 f"{len(cols)} tab-separated columns where the file's lines have "
                 f"{self._columns}: a tab inside a field?",

@@ -28,6 +28,7 @@ from transduce.io import (
     resolved,
     sha256_bytes,
     sha256_file,
+    write_file,
 )
 from transduce.reporting import to_json
 
@@ -177,7 +178,7 @@ def _prepare(request: PrepareRequest, fmt: Format) -> dict[str, Any]:
         splits = fmt.finish(splits, workdir)
         outputs = _write_splits(splits, workdir)
         manifest = _manifest(request, fmt, files, splits, carved, problems, outputs)
-        (workdir / MANIFEST).write_text(to_json(manifest), encoding="utf-8")
+        write_file(workdir / MANIFEST, to_json(manifest).encode("utf-8"))
     return manifest
 
 
@@ -207,7 +208,7 @@ def _write_splits(splits: dict[str, list[Example]], workdir: Path) -> dict[str, 
     outputs = {}
     for split in SPLITS:
         data = "".join(canonical_line(e) + "\n" for e in splits[split]).encode("utf-8")
-        (workdir / f"{split}.tsv").write_bytes(data)
+        write_file(workdir / f"{split}.tsv", data)
         outputs[f"{split}.tsv"] = {"lines": len(splits[split])}
     for path in sorted(workdir.iterdir()):  # split files and any learned models
         data = path.read_bytes()

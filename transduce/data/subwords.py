@@ -17,6 +17,7 @@ from pathlib import Path
 
 from transduce.data import tokens
 from transduce.errors import ConfigError
+from transduce.io import write_file
 
 _MODULES = {tokens.SUBWORD_NMT: "subword_nmt", tokens.SENTENCEPIECE: "sentencepiece"}
 
@@ -65,7 +66,7 @@ def _learn_subword_nmt(texts: Sequence[Sequence[str]], merges: int, path: Path) 
     codes = io.StringIO()
     with contextlib.redirect_stderr(io.StringIO()):  # its progress bar and notes, even with -q
         learn_bpe(io.StringIO("".join(" ".join(t) + "\n" for t in texts)), codes, merges)
-    path.write_text(codes.getvalue(), encoding="utf-8")
+    write_file(path, codes.getvalue().encode("utf-8"))
     codes.seek(0)
     bpe = BPE(codes, separator=tokens.SUBWORD_NMT_SEPARATOR)
     return SubwordModel(path.name, lambda words: bpe.segment_tokens(list(words)))
@@ -90,6 +91,6 @@ def _learn_sentencepiece(texts: Sequence[Sequence[str]], merges: int, path: Path
         num_threads=1,  # deterministic
         minloglevel=2,
     )
-    path.write_bytes(model.getvalue())
+    write_file(path, model.getvalue())
     processor = spm.SentencePieceProcessor(model_proto=model.getvalue())
     return SubwordModel(path.name, lambda words: processor.encode(" ".join(words), out_type=str))
