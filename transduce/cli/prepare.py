@@ -169,6 +169,13 @@ def _summary(out: Path, manifest: dict[str, Any]) -> None:
         ui.warn(f"skipped {count}, e.g. {skipped['examples'][0]}")
         for example in skipped["examples"][1:]:
             ui.detail(f"skipped {example}")
+    ignored = manifest["ignored_columns"]
+    if ignored["total"]:
+        count = plural(ignored["total"], "line")
+        ui.warn(
+            f"{count} with more columns than the rest of their file, read without the extra "
+            f"ones (a tab inside a field?), e.g. {ignored['examples'][0]}"
+        )
     for pair, shared in manifest["overlap"].items():
         if shared:
             first, second = pair.split("-")

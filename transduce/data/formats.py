@@ -71,7 +71,24 @@ class Problems:
     reasons: Counter[str] = field(default_factory=Counter)  # message -> skipped entries
     examples: list[str] = field(default_factory=list)
 
+    # lines read in full whose extra columns (past the file's usual count) were ignored
+    ignored: Counter[str] = field(default_factory=Counter)  # split -> lines
+    ignored_examples: list[str] = field(default_factory=list)
+
     MAX_EXAMPLES: ClassVar[int] = 10
+
+    def note_ignored(self, note: DataError, split: str) -> None:
+        """Record a line whose extra columns were left out (kept, not an error)."""
+        self.ignored[split] += 1
+        if len(self.ignored_examples) < self.MAX_EXAMPLES:
+            self.ignored_examples.append(str(note))
+
+    def ignored_dict(self) -> dict[str, Any]:
+        return {
+            "total": sum(self.ignored.values()),
+            "per_split": dict(self.ignored),
+            "examples": self.ignored_examples,
+        }
 
     def report(self, error: DataError, split: str) -> None:
         """Raise `error`, or record it when skipping."""
@@ -221,8 +238,10 @@ class Tsv(LineFormat):
 
     With `auto` units (the default), a side is read as `symbol` when most of its fields in
     the first file read (the training file) contain whitespace, else as `char`; the choice
-    holds for every split and is recorded in the manifest. A line with more columns than
-    most lines of its file has a tab inside a field: an error (or skipped, --skip-invalid).
+    holds for every split and is recorded in the manifest. A line with more non-empty
+    columns than most lines of its file (a tab inside a field, or alternatives in extra
+    columns, as in Phonetisaurus' CMUdict references) is read without them, counted in the
+    manifest's `ignored_columns` and warned about.
     """
 
     name = "tsv"
@@ -285,14 +304,15 @@ class Tsv(LineFormat):
                 line,
             )
         extra = cols[self._columns :] if self._columns is not None else []
-        if any(c.strip() for c in extra):  # empty extra columns (a trailing tab) are harmless
-            raise DataError(
+        if any(c.strip() for c in extra):  # empty extra columns (a trailing tab) are nothing
+            note = DataError(
                 f"{len(cols)} tab-separated columns where the file's lines have "
-                f"{self._columns}: a tab inside a field?",
+                f"{self._columns}; columns past {self._columns} ignored",
                 file.name,
                 number,
                 line,
             )
+            ctx.problems.note_ignored(note, ctx.split)
         source = self._field(cols[o.source_col - 1], o.source_unit, "source", file, number)
         if not source:
             raise DataError(f"empty source field (column {o.source_col})", file.name, number, line)

@@ -265,6 +265,7 @@ def _manifest(
         "test_has_targets": all(e.target is not None for e in splits["test"]),
         "overlap": _overlap(splits),
         "skipped": problems.as_dict(),
+        "ignored_columns": problems.ignored_dict(),
         "inventory": {
             side: _inventory(splits, side)
             for side in ("source", "target", "features")
