@@ -220,7 +220,44 @@ def test_pipeline_in_subprocesses(tmp_path: Path):
         " | transduce score - data/test.tsv --ref-col 2 --metric wer --json"
     )
     assert pipeline.returncode == 0, pipeline.stderr
-    assert 0 <= json.loads(pipeline.stdout)["scores"]["wer"]["value"] <= 100
+    wer = json.loads(pipeline.stdout)["scores"]["wer"]["value"]
+    assert 0 <= wer <= 100
+    # the natural pipeline (the source column as it is: space-separated) stops with the hint
+    natural = sh("cut -f1 data/test.tsv | transduce decode run > hyp.txt")
+    assert natural.returncode == 2 and "--input-format tsv" in natural.stderr, natural.stderr
+    assert len(natural.stderr.strip().splitlines()) == 1
+    tabbed = sh("transduce decode run data/test.tsv")
+    assert tabbed.returncode == 2 and "--input-format tsv" in tabbed.stderr, tabbed.stderr
+    # ... and as the hint says, it gives the same WER as the raw characters
+    for source in ("cut -f1 data/test.tsv |", "cat data/test.tsv |"):
+        hinted = sh(
+            f"{source} transduce decode run - --input-format tsv"
+            " | transduce score - data/test.tsv --ref-col 2 --metric wer --json"
+        )
+        assert hinted.returncode == 0, hinted.stderr
+        assert json.loads(hinted.stdout)["scores"]["wer"]["value"] == wer
+
+
+def test_python_api(trained: Path, tmp_path: Path):
+    """The README's Python example: transduce.load, then .transduce with search options."""
+    import transduce
+
+    model = transduce.load(trained)  # a run directory: its best.pt
+    predictions = model.transduce(["abc", "", "cab"], beam=3, nbest=2)
+    assert [len(p.texts) for p in predictions] == [2, 0, 2]
+    assert len(predictions[0].scores) == 2 and predictions[0].scores[0] >= predictions[0].scores[1]
+    greedy = transduce.Transducer.from_checkpoint(trained / "best.pt").transduce(["abc"])
+    assert greedy[0].texts[0] == model.transduce(["abc"])[0].texts[0]
+    with pytest.raises(TypeError, match="list of strings"):
+        model.transduce("abc")
+    with pytest.raises(transduce_errors().ConfigError, match="beam"):
+        model.transduce(["abc"], beam=0)
+
+
+def transduce_errors():
+    from transduce import errors
+
+    return errors
 
 
 def test_decode_inflection_input(run, tmp_path: Path, data: Path):

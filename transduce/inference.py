@@ -9,8 +9,10 @@ output symbols are turned back into the target's own text.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from os import PathLike
 from typing import Any
 
 import torch
@@ -24,6 +26,7 @@ from transduce.data.vocab import Vocab
 from transduce.errors import CheckpointError, ConfigError, DataError
 from transduce.models import Model
 from transduce.precision import use_bf16
+from transduce.special import SPACE
 from transduce.tasks import Task, make_task
 
 
@@ -33,6 +36,9 @@ class Prediction:
 
     texts: list[str] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)  # none where the task ranks none
+
+
+_SPACED = re.compile(r"^\S( \S)+$")  # "c a t": single characters, each after one space
 
 
 class Transducer:
@@ -57,8 +63,17 @@ class Transducer:
 
     @classmethod
     def from_checkpoint(
-        cls, payload: dict[str, Any], device: str = "cpu", bf16: bool | None = None
+        cls,
+        payload: dict[str, Any] | str | PathLike[str],
+        device: str = "cpu",
+        bf16: bool | None = None,
     ) -> Transducer:
+        """The model of a checkpoint: a loaded one (`checkpoint.load`), or the path of a
+        checkpoint file or of a run directory (its best.pt)."""
+        if not isinstance(payload, dict):
+            from transduce import checkpoint
+
+            payload = checkpoint.load(payload)
         if device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("--device cuda: this PyTorch sees no CUDA device; use --device cpu")
         resolved = torch.device(
@@ -135,6 +150,33 @@ class Transducer:
             symbols = text.split()
         return model_source(symbols, features)
 
+    def _check_raw(self, lines: Sequence[str], path: str) -> None:
+        """Stop with a hint where raw input is a prepared split's text: lines with a tab
+        for a model whose input has none, or characters separated by spaces for a model of
+        characters that never saw a space (`cut -f1 test.tsv | transduce decode RUN`)."""
+        source = self.sides["source"]
+        if "tags" in source or "features" in self.sides:
+            return  # lemma<TAB>tags, text<TAB>features: tabs belong to the input
+        filled = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+        if not filled:
+            return
+        tabbed = [(n, line) for n, line in filled if "\t" in line]
+        hint = "a prepared split? decode it with --input-format tsv"
+        if tabbed:
+            number, line = tabbed[0]
+            raise DataError(f"a tab in a line of raw text ({hint})", path, number, line)
+        if source.get("unit") == tokens.CHAR and SPACE not in self.source_vocab.index:
+            spaced = [(n, line) for n, line in filled if _SPACED.match(line.strip())]
+            if len(spaced) * 2 > len(filled):
+                number, line = spaced[0]
+                raise DataError(
+                    "symbols separated by spaces, but the model reads characters and has "
+                    f"never seen a space (the source column of {hint})",
+                    path,
+                    number,
+                    line,
+                )
+
     # ----------------------------------------------------------------- decoding
 
     def transduce(
@@ -144,12 +186,26 @@ class Transducer:
         input_format: str = "raw",
         *,
         options: DecodeConfig | None = None,
+        **search: Any,
     ) -> list[Prediction]:
         """Predict the outputs of input lines; an empty (blank) line gives an empty
         prediction. Each line is one input of the task (a tagger: the words of a sentence,
-        its output their tags). `options`: greedy search by default."""
-        options = options or DecodeConfig()
+        its output their tags). `options`, or the `DecodeConfig` fields as keywords (`beam`,
+        `nbest`, `length_penalty`, `batch_size`, `max_output_length`): greedy by default.
+
+            >>> model = transduce.load("runs/g2p")
+            >>> model.transduce(["cat"], beam=5, nbest=2)[0].texts
+            ['K AE T', 'K AA T']
+        """
+        if options is None:
+            options = configuration.from_flags(DecodeConfig, search)
+        elif search:
+            raise TypeError("give the search options as `options` or as keywords, not both")
+        if isinstance(lines, str):
+            raise TypeError("lines: a list of strings, not one string")
         self.task.check_decode(options)
+        if input_format == "raw":
+            self._check_raw(lines, path)
         limit = self.task.input_limit(self.model)
         sources: list[tuple[str, ...]] = []
         where: list[int] = []
