@@ -154,6 +154,32 @@ def test_interrupted_by_a_signal_between_last_and_best_then_resumed(
     assert same_weights(run / "best.pt", whole / "best.pt")
 
 
+@pytest.mark.parametrize("point", ["update@5", "update@6", "validation@2"])
+def test_ctrl_c_finishes_the_update_writes_last_pt_and_train_json_and_resumes(
+    reference, tmp_path: Path, point: str
+):
+    """Ctrl-C (SIGINT) between validations or during one: the update (and validation)
+    under way finishes, last.pt and train.json (stop: interrupted) are written, the resume
+    command is printed, exit 130; resumed, the run ends as the uninterrupted one."""
+    config, whole = reference
+    run = tmp_path / "run"
+    stopped = train(config, run, fault=f"{point}:INT")
+    assert stopped.returncode == 130, stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    assert f"transduce train --out {run} --resume" in stopped.stderr
+    report = json.loads((run / "train.json").read_text(encoding="utf-8"))
+    assert report["stop"] == "interrupted" and report["test"] is None
+    update = int(point.split("@")[1]) * (EVERY if point.startswith("validation") else 1)
+    assert report["updates"] == update
+    assert checkpoint.load(run / "last.pt")["training"]["progress"]["update"] == update
+    assert not (run / "test.predictions").exists()
+    resumed = train(config, run, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert outcome(run) == outcome(whole)
+    assert same_weights(run / "best.pt", whole / "best.pt")
+    assert same_weights(run / "last.pt", whole / "last.pt")
+
+
 def test_resume_repairs_a_stale_best_pt_and_says_so(reference, tmp_path: Path):
     """The issue's case: last.pt records its own update as the best, best.pt holds an
     older one (a validation cut between the two writes): resumed, the test scores come from

@@ -274,7 +274,8 @@ def fault_point(name: str) -> None:
 
     `TRANSDUCE_FAULT=POINT[@N][:SIGNAL]` (SIGNAL: KILL (default), INT or TERM) sends the
     signal to this process the N-th time (default 1) POINT is reached; unset, this does
-    nothing. The points: `validation` (before a validation's checkpoints), `after-last`
+    nothing. The points: `update` (after an update's optimizer step), `validation` (before
+    a validation's checkpoints), `after-last`
     (between last.pt and best.pt), `after-best` (after both), `before-rename:FILE` (a
     temporary file or directory complete, not yet renamed to FILE), `before-test`,
     `before-report`, and of `prepare --force`: `after-exchange:DIR` (the new directory in

@@ -22,7 +22,9 @@ import ctypes
 import hashlib
 import json
 import random
+import signal
 import sys
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -46,6 +48,40 @@ from transduce.tasks import Task, TaskData, check_task
 
 REPORT_SCHEMA = "transduce.train/1"
 LOCK = ".lock"  # held by the process that writes the run directory
+INTERRUPTED = "interrupted"  # Progress.stop of a run stopped by Ctrl-C (SIGINT)
+
+
+class Interrupted(Exception):
+    """Training stopped at Ctrl-C after a whole update, with last.pt and train.json
+    written: `--resume` continues it as if it had never stopped."""
+
+    def __init__(self, run_dir: Path, update: int) -> None:
+        self.run_dir, self.update = run_dir, update
+        super().__init__(f"interrupted after update {update}")
+
+
+class Interrupts:
+    """While training: the first Ctrl-C (SIGINT) asks the loop to stop after the current
+    update (and validation, if one is under way); a second one stops at once, as Python
+    does. Only in the main thread; elsewhere, Ctrl-C is Python's as usual."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 @dataclass
@@ -281,6 +317,31 @@ class Trainer:
         if total is None and t.max_epochs is not None:
             total = t.max_epochs * len(self.batches(data, 0))
         self.reporter.start(total, progress.update)
+        return self._loop(data, model, optimizer, schedule, progress, start_time)
+
+    def _loop(
+        self,
+        data: TaskData,
+        model: Model,
+        optimizer: torch.optim.Optimizer,
+        schedule: Schedule,
+        progress: Progress,
+        start_time: float,
+    ) -> dict[str, Any]:
+        with Interrupts() as interrupts:
+            return self._train(data, model, optimizer, schedule, progress, start_time, interrupts)
+
+    def _train(
+        self,
+        data: TaskData,
+        model: Model,
+        optimizer: torch.optim.Optimizer,
+        schedule: Schedule,
+        progress: Progress,
+        start_time: float,
+        interrupts: Interrupts,
+    ) -> dict[str, Any]:
+        t = self.config.train
         limits = Limits(t, schedule, time.perf_counter() - progress.elapsed)
         model.train()
         planned, batches = -1, []  # the epoch whose batches these are
@@ -299,11 +360,19 @@ class Trainer:
                 progress.elapsed = time.perf_counter() - limits.clock
                 self.validate(model, optimizer, schedule, data, progress, epoch)
                 progress.stop = progress.stop or limits.reached(progress)
+            if progress.stop is None and interrupts.requested:
+                progress.stop = INTERRUPTED
+                progress.elapsed = time.perf_counter() - limits.clock
+                payload = self.payload(model, optimizer, schedule, data, progress)
+                self.checkpoints.save(payload, improved=False)
             if progress.stop is not None:
                 break
         self.reporter.stop()
         self.reporter.message(f"stopped: {progress.stop}")
-        return self.finish(model, data, progress, time.perf_counter() - start_time)
+        report = self.finish(model, data, progress, time.perf_counter() - start_time)
+        if progress.stop == INTERRUPTED:
+            raise Interrupted(self.run_dir, progress.update)
+        return report
 
     def train_step(
         self,
@@ -332,6 +401,7 @@ class Trainer:
             )
             hint = "lower train.batch_size, or set data.max_source_length / max_target_length"
             raise out_of_memory(error, what, hint) or error from None
+        fault_point("update")
         progress.batch += 1
         progress.loss_sum += loss
         progress.loss_updates += 1
@@ -446,11 +516,14 @@ class Trainer:
     def finish(
         self, model: Model, data: TaskData, progress: Progress, wall: float
     ) -> dict[str, Any]:
-        """Test the best checkpoint (test.predictions) and write train.json."""
-        model.load_state_dict(self.checkpoints.load_best(progress.best_update)["model"])
-        fault_point("before-test")
+        """Test the best checkpoint (test.predictions) and write train.json (an
+        interrupted run: no test, `"stop": "interrupted"`)."""
+        interrupted = progress.stop == INTERRUPTED
+        if not interrupted:
+            model.load_state_dict(self.checkpoints.load_best(progress.best_update)["model"])
+            fault_point("before-test")
         test_scores = None
-        if data.test_eval is not None:
+        if data.test_eval is not None and not interrupted:
             test_scores, outputs = self.task.evaluate(model, data, data.test_eval)
             lines = self.task.test_lines(data, outputs)
             atomic_write_text(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,7 +16,9 @@ from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
 from transduce.errors import ConfigError
 from transduce.progress import ConsoleReporter
-from transduce.training import Trainer
+from transduce.training import Interrupted, Trainer
+
+EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
 
 Device = choices("Device", ("cpu", "cuda", "auto"))
 
@@ -84,7 +87,16 @@ def train_command(
         source = config
     cfg, _ = configuration.load(source, overrides, data_root)
     reporter = ConsoleReporter(ui.stderr, quiet=ui.verbosity() < ui.NORMAL)
-    report = Trainer(cfg, run_dir, resume=resume, reporter=reporter).run()
+    try:
+        report = Trainer(cfg, run_dir, resume=resume, reporter=reporter).run()
+    except Interrupted as stopped:
+        ui.stderr.print(
+            f"interrupted after update {stopped.update}; last.pt and train.json are written. "
+            f"Continue with: transduce train --out {shlex.quote(str(run_dir))} --resume",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     _summary(report, run_dir)
 
 
