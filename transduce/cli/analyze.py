@@ -23,6 +23,7 @@ from transduce.analysis import (
 )
 from transduce.cli import ui
 from transduce.cli.app import app
+from transduce.cli.common import Verbosity
 from transduce.errors import TransduceError
 from transduce.models import Seq2SeqModel, expect
 from transduce.outputs import check_outputs
@@ -85,6 +86,7 @@ def analyze_command(
     lines: Annotated[
         str | None, typer.Option(help="Lines to plot, e.g. 1,5,9 (default: 1).", show_default=False)
     ] = None,
+    verbosity: Verbosity = None,
 ) -> None:
     """How monotone a model's attention is: %mono and L_mono per head at delta 0, 0.5, 1
     (Rios et al. 2021), and crossing alignments (Wu et al. 2018), on a dataset."""

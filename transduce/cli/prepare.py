@@ -104,7 +104,7 @@ def prepare_command(
         TagName | None, _format_option("The tag column to predict.", _CONLLU, "upos")
     ] = None,
     subwords: Annotated[
-        Subwords | None, _format_option("BPE library (needs transduce[bpe]).", _PARALLEL, "none")
+        Subwords | None, _format_option(r"BPE library (needs transduce\[bpe]).", _PARALLEL, "none")
     ] = None,
     bpe_merges: Annotated[
         int | None, _format_option("BPE merge operations.", _PARALLEL, str(defaults.BPE_MERGES))

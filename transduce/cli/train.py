@@ -86,9 +86,18 @@ def train_command(
             raise ConfigError("give --config RECIPE")
         source = config
     cfg, _ = configuration.load(source, overrides, data_root)
+    notes = [f"recipe: {_which(source)}"]
+    local = Path(source if source.endswith(".yaml") else f"{source}.yaml")
+    if not Path(source).is_file() and local.is_file():
+        notes.append(
+            f"warning: {local} here is not the recipe used: `--config {source}` names the "
+            f"shipped recipe; give --config ./{local} for the file"
+        )
     reporter = ConsoleReporter(ui.stderr, quiet=ui.verbosity() < ui.NORMAL)
     try:
-        report = Trainer(cfg, run_dir, resume=resume, reporter=reporter).run()
+        trainer = Trainer(cfg, run_dir, resume=resume, reporter=reporter)
+        trainer.notes[:0] = notes
+        report = trainer.run()
     except Interrupted as stopped:
         ui.stderr.print(
             f"interrupted after update {stopped.update}; last.pt and train.json are written. "
@@ -123,3 +132,9 @@ def _summary(report: dict[str, Any], run_dir: Path) -> None:
         table.add_row(*(f"{v:.2f}" for v in report["test"].values()))
         ui.stderr.print(table)
     ui.info(f"{run_dir / 'train.json'}; predictions: {run_dir / 'test.predictions'}")
+
+
+def _which(source: str) -> str:
+    """The recipe file a --config value names, said plainly."""
+    path = configuration.recipe_path(source)
+    return str(path) if Path(source).is_file() else f"{source} (shipped: {path})"
