@@ -72,6 +72,27 @@ def test_resume_after_the_stop_trains_no_further(tasks, tmp_path: Path):
     assert len(again["history"]) == len(first["history"]) == 2
     after = checkpoint.load(tmp_path / "run" / checkpoint.LAST)["model"]
     assert all(torch.equal(before[k], after[k]) for k in before)
+    assert again["test"] == first["test"]  # kept, not decoded again (the message says so)
+    predictions = (tmp_path / "run" / "test.predictions").stat().st_mtime_ns
+    beam = recipe(tasks["copy"], TINY_LSTM, max_updates=7, validate_every=5)
+    beam["decode"]["beam"] = 3  # another decoding: the test set is decoded again
+    train(tmp_path / "run", beam, resume=True)
+    assert (tmp_path / "run" / "test.predictions").stat().st_mtime_ns != predictions
+
+
+def test_dev_subset_and_no_test(tasks, tmp_path: Path):
+    data = recipe(tasks["copy"], TINY_LSTM, max_updates=4, validate_every=2, dev_subset=10)
+    data["train"]["test"] = False
+    report = train(tmp_path / "run", data)
+    assert report["data"]["dev_sources"] == 10 and report["test"] is None
+    assert report["data"]["test_sources"] is None
+    assert not (tmp_path / "run" / "test.predictions").exists()
+    again = train(tmp_path / "again", data)  # the same seed draws the same words
+    assert [h["dev_scores"] for h in again["history"]] == [
+        h["dev_scores"] for h in report["history"]
+    ]
+    whole = train(tmp_path / "whole", recipe(tasks["copy"], TINY_LSTM, max_updates=4))
+    assert whole["data"]["dev_sources"] > 10 and whole["test"] is not None
 
 
 def test_resume_with_other_model_options_is_refused_before_anything_is_written(

@@ -232,13 +232,15 @@ class TrainConfig:
     threads: int | None = None  # CPU threads; None: PyTorch's default
     bf16: bool = False  # bfloat16 autocast (CUDA, or CPU where it keeps accuracy)
     dev_batch_size: int = 256
+    dev_subset: int | None = None  # validate on this many distinct dev sources (seeded)
+    test: bool = True  # decode and score the test split with the best checkpoint at the end
 
     def check(self) -> list[str]:
         from transduce.metrics import METRICS
 
         problems = _at_least(
             self, 1, "max_epochs", "max_updates", "batch_size", "validate_every", "patience",
-            "threads", "dev_batch_size",
+            "threads", "dev_batch_size", "dev_subset",
         )  # fmt: skip
         problems += [
             f"{n}: must be positive"

@@ -175,6 +175,7 @@ class Trainer:
         self.device, self.bf16 = task.device, task.bf16  # batches and model on one device
         self.checkpoints = Checkpointer(self.run_dir)
         self.notes: list[str] = []  # what setup has to say, said once the run is sure to start
+        self._resumed_at: int | None = None  # the update a resumed session started at
         self.lower_is_better = not get_metric(config.train.select_on).higher_is_better
 
     def batches(self, data: TaskData, epoch: int) -> list[list[int]]:
@@ -306,6 +307,7 @@ class Trainer:
         if state is not None:
             self._check_same_model(state)
         data, model, optimizer, schedule, progress = self.setup(state)
+        self._resumed_at = None if state is None else progress.update
         if state is not None:
             self._check_plan(data, progress)
         repairs = clean(self.checkpoints.stale_temporaries())
@@ -513,6 +515,27 @@ class Trainer:
             "versions": versions(),
         }
 
+    def _earlier_test(self, progress: Progress) -> dict[str, Any] | None:
+        """The test scores of the run's train.json, when this resumed session trained
+        nothing and would decode the test set exactly as that session did."""
+        if self._resumed_at is None or self._resumed_at != progress.update:
+            return None
+        try:
+            earlier = json.loads((self.run_dir / "train.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            return None
+        resolved = configuration.resolved(self.config)
+        before = earlier.get("config") or {}
+        same = (
+            earlier.get("best", {}).get("update") == progress.best_update
+            and earlier.get("updates") == progress.update
+            and before.get("decode") == resolved["decode"]
+            and before.get("data") == resolved["data"]
+            and self.config.train.test
+            and (self.run_dir / "test.predictions").is_file()
+        )
+        return earlier.get("test") if same and earlier.get("test") else None
+
     def finish(
         self, model: Model, data: TaskData, progress: Progress, wall: float
     ) -> dict[str, Any]:
@@ -523,7 +546,14 @@ class Trainer:
             model.load_state_dict(self.checkpoints.load_best(progress.best_update)["model"])
             fault_point("before-test")
         test_scores = None
-        if data.test_eval is not None and not interrupted:
+        kept = None if interrupted else self._earlier_test(progress)
+        if kept is not None:
+            test_scores = kept
+            self.reporter.message(
+                "nothing trained since the last session and the same decoding: its test "
+                "scores and test.predictions are kept"
+            )
+        elif data.test_eval is not None and not interrupted:
             test_scores, outputs = self.task.evaluate(model, data, data.test_eval)
             lines = self.task.test_lines(data, outputs)
             atomic_write_text(

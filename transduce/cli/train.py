@@ -66,12 +66,22 @@ def train_command(
         Device | None,
         typer.Option(help="cpu, cuda or auto (overrides train.device).", show_default=False),
     ] = None,
+    test: Annotated[
+        bool | None,
+        typer.Option(
+            "--test/--no-test",
+            help="Decode the test split with the best checkpoint at the end (train.test).",
+            show_default="as the recipe says: test",
+        ),
+    ] = None,
     verbosity: Verbosity = None,
 ) -> None:
     """Train a model; the run directory gets the config, checkpoints and train.json."""
     overrides = list(set_ or [])
     if device is not None:
         overrides.append(f"train.device={device.value}")
+    if test is not None:
+        overrides.append(f"train.test={'true' if test else 'false'}")
     if out is None and (resume or config is None):
         raise ConfigError("give --config RECIPE (or --out RUN_DIR --resume to continue a run)")
     run_dir = out or _fresh_run_dir(Path(config).stem)  # type: ignore[arg-type]

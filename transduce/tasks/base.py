@@ -12,6 +12,7 @@ Adding a kind of work means writing a `Task` subclass and registering it in
 from __future__ import annotations
 
 import dataclasses
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,16 @@ from transduce.data.vocab import Vocab
 from transduce.errors import ConfigError, DataError
 from transduce.models import MODELS, Model
 from transduce.precision import autocast
+
+
+def dev_subset(pairs: list[Pair], count: int, seed: int) -> list[Pair]:
+    """The lines of `count` distinct dev sources drawn with `seed` (all the lines of each:
+    every reference of a chosen word), in their file order; all lines if there are fewer."""
+    sources = list(dict.fromkeys(p.source for p in pairs))
+    if count >= len(sources):
+        return pairs
+    chosen = set(random.Random(f"dev_subset:{seed}").sample(sources, count))
+    return [p for p in pairs if p.source in chosen]
 
 
 @dataclass
@@ -173,7 +184,11 @@ class Task(ABC, Generic[D]):
                 "the dev split has no examples with targets: nothing to validate on",
                 prepared.directory,
             )
-        return Splits(prepared, kept, len(train) - len(kept), dev, prepared.splits["test"])
+        t = self.config.train
+        if t.dev_subset is not None:
+            dev = dev_subset(dev, t.dev_subset, t.seed)
+        test = prepared.splits["test"] if t.test else []
+        return Splits(prepared, kept, len(train) - len(kept), dev, test)
 
     @abstractmethod
     def load_data(self, directory: Path, vocabs: dict[str, list[str]] | None = None) -> D:
