@@ -318,7 +318,7 @@ class Trainer:
         total = t.max_updates
         if total is None and t.max_epochs is not None:
             total = t.max_epochs * len(self.batches(data, 0))
-        self.reporter.start(total, progress.update)
+        self.reporter.start(total, progress.update, t.max_minutes, progress.elapsed)
         return self._loop(data, model, optimizer, schedule, progress, start_time)
 
     def _loop(
@@ -487,7 +487,7 @@ class Trainer:
         schedule.after_validation(dev_loss if by_loss else score, self.lower_is_better or by_loss)
         fault_point("validation")
         self.checkpoints.save(self.payload(model, optimizer, schedule, data, progress), improved)
-        self.reporter.validation(entry)
+        self.reporter.validation(entry, improved)
 
     def payload(
         self,
