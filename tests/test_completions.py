@@ -29,6 +29,12 @@ def test_shipped_scripts_are_current(shell):
         (["transduce", "rec"], ["recipes"]),
         (["transduce", "prepare", "c"], ["cmudict", "conllu"]),
         (["transduce", "score", "h", "r", "--metric", "m"], ["mfs"]),
+        (
+            ["transduce", "train", "--config", "paper/rios2021/rnn-g2p-cmudict-m"],
+            ["paper/rios2021/rnn-g2p-cmudict-mono"],
+        ),
+        (["transduce", "train", "--set", "train.optimizer.l"], ["train.optimizer.lr="]),
+        (["transduce", "train", "--set", "model.encoder_s"], ["model.encoder_size="]),
     ],
 )
 def test_bash_completion_completes(words, expected):

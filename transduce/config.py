@@ -548,3 +548,29 @@ def resolved(config: Config) -> dict[str, Any]:
         "train": to_dict(config.train),
         "decode": to_dict(config.decode),
     }
+
+
+def setting_keys() -> list[str]:
+    """Every `section.key` a recipe or `--set` can name (nested sections dotted, e.g.
+    `train.optimizer.lr`), the model keys of every model family included: for completion."""
+
+    def walk(cls: type, prefix: str) -> list[str]:
+        keys = []
+        for f in dataclasses.fields(cls):
+            kind = f.type if not isinstance(f.type, str) else typing.get_type_hints(cls)[f.name]
+            inner = [a for a in get_args(kind) if dataclasses.is_dataclass(a)]
+            target = kind if dataclasses.is_dataclass(kind) else (inner[0] if inner else None)
+            if target is not None:
+                keys += walk(target, f"{prefix}{f.name}.")
+            else:
+                keys.append(prefix + f.name)
+        return keys
+
+    from transduce.models import MODELS
+
+    keys = ["model.name"]
+    for name, cls in SECTIONS.items():
+        keys += walk(cls, f"{name}.")
+    for family in MODELS.values():
+        keys += walk(family.Config, "model.")
+    return sorted(set(keys))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from enum import Enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -33,3 +35,25 @@ Verbosity = Annotated[
 def choices(name: str, values: Iterable[str]) -> type[Enum]:
     """A str Enum of `values`, so that Typer validates and completes them."""
     return Enum(name, {value: value for value in values}, type=str)  # type: ignore[return-value]
+
+
+def complete_recipe(incomplete: str) -> list[str]:
+    """Shell completion of --config: shipped recipe names and the YAML files here."""
+    from transduce.recipe_loader import shipped_recipes
+
+    names = list(shipped_recipes())
+    folder = Path(incomplete).parent if "/" in incomplete else Path(".")
+    with contextlib.suppress(OSError):
+        names += [
+            str(p) if "/" in incomplete else p.name
+            for p in sorted(folder.iterdir())
+            if p.suffix in (".yaml", ".yml") or p.is_dir()
+        ]
+    return [name for name in names if name.startswith(incomplete)]
+
+
+def complete_setting(incomplete: str) -> list[str]:
+    """Shell completion of --set: every `section.key=` a recipe can hold."""
+    from transduce.config import setting_keys
+
+    return [f"{key}=" for key in setting_keys() if key.startswith(incomplete)]

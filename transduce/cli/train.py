@@ -13,7 +13,7 @@ from transduce import checkpoint
 from transduce import config as configuration
 from transduce.cli import ui
 from transduce.cli.app import app
-from transduce.cli.common import Verbosity, choices
+from transduce.cli.common import Verbosity, choices, complete_recipe, complete_setting
 from transduce.errors import ConfigError
 from transduce.progress import ConsoleReporter
 from transduce.training import Interrupted, Trainer
@@ -32,6 +32,7 @@ def train_command(
             "-c",
             help="A recipe file, or a shipped recipe's name (`transduce recipes` lists them).",
             show_default=False,
+            autocompletion=complete_recipe,
         ),
     ] = None,
     set_: Annotated[
@@ -40,6 +41,7 @@ def train_command(
             "--set",
             help="Override a setting: section.key=value (YAML value); repeatable.",
             show_default=False,
+            autocompletion=complete_setting,
         ),
     ] = None,
     data_root: Annotated[
