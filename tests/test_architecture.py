@@ -130,3 +130,22 @@ def test_every_model_fulfils_one_contract_and_has_a_task():
         assert cls.task in TASKS, name
     for name in ("init_state", "step"):  # the tagger has no decoder steps, nor says it has
         assert not hasattr(MODELS["san_tagger"], name)
+
+
+def test_the_command_line_starts_without_torch(tmp_path):
+    """`--version`, `--help`, completion and `score` import no torch (start-up in ~0.3 s
+    instead of ~3 s: benchmarks/startup.py); train, decode and analyze import it when run."""
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("a b\nc d\n", encoding="utf-8")
+    code = (
+        "import sys\n"
+        "from transduce.cli import app\n"
+        "for args in (['--version'], ['score', '--help'], ['train', '--help'],\n"
+        f"             ['score', {str(hyp)!r}, {str(hyp)!r}, '-q']):\n"
+        "    try:\n"
+        "        app(args, prog_name='transduce')\n"
+        "    except SystemExit as stop:\n"
+        "        assert stop.code in (0, None), (args, stop.code)\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

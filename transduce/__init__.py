@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from transduce.inference import Transducer
 
-__version__ = "0.3.1"
+from transduce.version import __version__
 
 
 def load(path: str | PathLike[str], device: str = "cpu", bf16: bool | None = None) -> Transducer:

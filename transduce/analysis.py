@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from transduce import checkpoint
+from transduce import checkpoint, defaults
 from transduce.config import DecodeConfig
 from transduce.data.batching import collate, plan_batches
 from transduce.data.dataset import load_prepared, parse_split_line
@@ -44,7 +44,7 @@ from transduce.io import decode_lines, read_bytes
 from transduce.models import Seq2SeqModel, expect
 from transduce.monotonicity import FLOOR, MonotonicityStats, counted_positions
 
-DELTAS = (0.0, 0.5, 1.0)
+DELTAS = defaults.MONOTONICITY_DELTAS
 Pair = tuple[list[int], list[int]]  # the source ids and reference ids of a line
 
 

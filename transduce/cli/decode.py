@@ -8,13 +8,12 @@ from typing import Annotated
 
 import typer
 
-from transduce import checkpoint, defaults
 from transduce import config as configuration
+from transduce import defaults
 from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
 from transduce.errors import ConfigError
-from transduce.inference import Transducer
 from transduce.io import check_line_lengths, decode_lines, display, read_bytes
 from transduce.outputs import check_outputs
 from transduce.reporting import versions, write_json
@@ -85,6 +84,9 @@ def decode_command(
     if max_line_length < 1:
         raise ConfigError(f"--max-line-length: must be at least 1, not {max_line_length}")
     check_outputs([report], [model, input])
+    from transduce import checkpoint
+    from transduce.inference import Transducer
+
     payload = checkpoint.load(model)
     check_outputs([report], [payload["path"]])
     transducer = Transducer.from_checkpoint(payload, device.value, bf16)

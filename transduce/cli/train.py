@@ -9,14 +9,12 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from transduce import checkpoint
 from transduce import config as configuration
 from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices, complete_recipe, complete_setting
 from transduce.errors import ConfigError
 from transduce.progress import ConsoleReporter
-from transduce.training import Interrupted, Trainer
 
 EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
 
@@ -90,7 +88,7 @@ def train_command(
     if resume:
         source = config or str(run_dir / "config.yaml")
     else:
-        if (run_dir / checkpoint.LAST).exists():
+        if (run_dir / "last.pt").exists():
             raise ConfigError(
                 f"{run_dir}: already holds a run; --resume continues it, or choose another --out"
             )
@@ -106,6 +104,8 @@ def train_command(
             f"shipped recipe; give --config ./{local} for the file"
         )
     reporter = ConsoleReporter(ui.stderr, quiet=ui.verbosity() < ui.NORMAL)
+    from transduce.training import Interrupted, Trainer  # torch: only when training
+
     try:
         trainer = Trainer(cfg, run_dir, resume=resume, reporter=reporter)
         trainer.notes[:0] = notes

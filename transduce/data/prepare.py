@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from transduce import __version__, defaults
+from transduce import defaults
 from transduce.data.formats import Example, Format, InputFile, Problems, ReadContext, get_format
 from transduce.data.splits import check_ratios, source_key, split_examples
 from transduce.errors import ConfigError, DataError
@@ -31,6 +31,7 @@ from transduce.io import (
     write_file,
 )
 from transduce.reporting import to_json
+from transduce.version import __version__
 
 SPLITS = ("train", "dev", "test")
 MANIFEST = "manifest.json"

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from transduce import __version__, defaults
+from transduce import defaults
 from transduce.errors import ConfigError
 from transduce.metrics.corpus import UNITS, Corpus, Text
+from transduce.version import __version__
 
 
 @dataclass(frozen=True)

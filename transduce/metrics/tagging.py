@@ -18,10 +18,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from transduce import __version__
 from transduce.errors import ConfigError, DataError
 from transduce.metrics.base import DataFile, FileContent, Metric, Option
 from transduce.metrics.corpus import Corpus
+from transduce.version import __version__
 
 SUBSETS = ("all", "oov", "ambiguous")
 
