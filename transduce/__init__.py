@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from transduce.inference import Transducer
 
-from transduce.version import __version__
+from transduce.version import __version__ as __version__
 
 
 def load(path: str | PathLike[str], device: str = "cpu", bf16: bool | None = None) -> Transducer:
