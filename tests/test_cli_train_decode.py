@@ -285,3 +285,39 @@ def test_decode_inflection_input(run, tmp_path: Path, data: Path):
     one_line_error(
         run("decode", tmp_path / "run", input="walk\n"), "<stdin>:1:", "expected lemma<TAB>tags"
     )
+
+
+def test_decode_streams_a_line_in_a_line_out(trained: Path):
+    """`decode RUN -` behind a pipe or a person typing: each line's output comes before the
+    next line is written (a batch is decoded as soon as no more input is ready)."""
+    process = subprocess.Popen(
+        ["transduce", "decode", str(trained), "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=transduce_env(),
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        outputs = []
+        for word in ("abc", "", "cab"):
+            process.stdin.write(word + "\n")
+            process.stdin.flush()
+            outputs.append(process.stdout.readline())  # blocks until decoded: no EOF needed
+        process.stdin.close()
+        assert process.wait(timeout=120) == 0
+    finally:
+        process.kill()
+    assert outputs[1] == "\n" and outputs[0].strip() and outputs[2].strip()
+
+
+def test_decode_of_a_file_in_batches_numbers_lines_across_batches(run, trained, tmp_path):
+    source = tmp_path / "words.txt"
+    source.write_text("abc\ncab\nbca\nab\tc\n", encoding="utf-8")
+    result = run("decode", trained, source, "--batch-size", "2")
+    one_line_error(result, "words.txt:4", "a tab")
+    source.with_name("ok.txt").write_text("abc\ncab\nbca\n", encoding="utf-8")
+    whole = run("decode", trained, source.with_name("ok.txt"))
+    pieces = run("decode", trained, source.with_name("ok.txt"), "--batch-size", "1")
+    assert whole.exit_code == pieces.exit_code == 0 and whole.stdout == pieces.stdout

@@ -150,14 +150,14 @@ class Transducer:
             symbols = text.split()
         return model_source(symbols, features)
 
-    def _check_raw(self, lines: Sequence[str], path: str) -> None:
+    def _check_raw(self, lines: Sequence[str], path: str, first: int = 1) -> None:
         """Stop with a hint where raw input is a prepared split's text: lines with a tab
         for a model whose input has none, or characters separated by spaces for a model of
         characters that never saw a space (`cut -f1 test.tsv | transduce decode RUN`)."""
         source = self.sides["source"]
         if "tags" in source or "features" in self.sides:
             return  # lemma<TAB>tags, text<TAB>features: tabs belong to the input
-        filled = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+        filled = [(n, line) for n, line in enumerate(lines, first) if line.strip()]
         if not filled:
             return
         tabbed = [(n, line) for n, line in filled if "\t" in line]
@@ -186,12 +186,15 @@ class Transducer:
         input_format: str = "raw",
         *,
         options: DecodeConfig | None = None,
+        first_line: int = 1,
         **search: Any,
     ) -> list[Prediction]:
         """Predict the outputs of input lines; an empty (blank) line gives an empty
         prediction. Each line is one input of the task (a tagger: the words of a sentence,
         its output their tags). `options`, or the `DecodeConfig` fields as keywords (`beam`,
         `nbest`, `length_penalty`, `batch_size`, `max_output_length`): greedy by default.
+        `first_line`: the number of `lines[0]` in `path` (for messages), when lines come in
+        pieces of a stream.
 
             >>> model = transduce.load("runs/g2p")
             >>> model.transduce(["cat"], beam=5, nbest=2)[0].texts
@@ -205,11 +208,11 @@ class Transducer:
             raise TypeError("lines: a list of strings, not one string")
         self.task.check_decode(options)
         if input_format == "raw":
-            self._check_raw(lines, path)
+            self._check_raw(lines, path, first_line)
         limit = self.task.input_limit(self.model)
         sources: list[tuple[str, ...]] = []
         where: list[int] = []
-        for number, line in enumerate(lines, 1):
+        for number, line in enumerate(lines, first_line):
             if not line.strip():
                 continue
             symbols = self.tokenize(line, number, path, input_format)
@@ -224,7 +227,7 @@ class Transducer:
                 )
             self.unknown += self.source_vocab.unknown(symbols)
             sources.append(symbols)
-            where.append(number - 1)
+            where.append(number - first_line)
         predictions = [Prediction() for _ in lines]
         outputs = self.task.predict(self.model, self.vocabs, sources, options)
         side = self.sides["target"]

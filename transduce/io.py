@@ -18,7 +18,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -138,6 +138,96 @@ def check_line_lengths(lines: list[str | None], path: str | Path, limit: int | N
                 number,
                 line,
             )
+
+
+def line_batches(
+    path: str | Path, size: int, max_chars: int | None = None
+) -> Iterator[tuple[int, list[str]]]:
+    """The lines of a file or of standard input ("-") in batches, as they arrive: a batch
+    is given as soon as it has `size` lines or, when no more input is ready yet (a pipe, a
+    person typing), with what it has. Yields (number of its first line, its lines); lines
+    are decoded as `decode_lines` does (UTF-8, a leading BOM and a trailing CR dropped) and
+    checked against `max_chars` (`check_line_lengths`)."""
+    name = display(path)
+    if str(path) == STDIN:
+        try:
+            fd = sys.stdin.fileno()
+        except (OSError, ValueError, AttributeError):  # a stand-in without a descriptor
+            whole = iter([read_bytes(STDIN), b""])
+            yield from _batches(lambda: next(whole), lambda: True, name, size, max_chars)
+            return
+        yield from _batches(lambda: os.read(fd, 1 << 16), lambda: _ready(fd), name, size,
+                            max_chars)  # fmt: skip
+        return
+    if os.path.isdir(path):
+        raise DataError("is a directory, not a file", path)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as error:
+        raise DataError(f"cannot read: {error.strerror}", path) from None
+    try:
+        yield from _batches(lambda: os.read(fd, 1 << 16), lambda: True, name, size, max_chars)
+    finally:
+        os.close(fd)
+
+
+def _ready(fd: int) -> bool:
+    """Whether reading `fd` now would not block (always True where select cannot tell)."""
+    try:
+        import select
+
+        return bool(select.select([fd], [], [], 0)[0])
+    except (ImportError, OSError, ValueError):
+        return True
+
+
+def _batches(
+    read: Callable[[], bytes],
+    ready: Callable[[], bool],
+    name: str,
+    size: int,
+    max_chars: int | None,
+) -> Iterator[tuple[int, list[str]]]:
+    pending, batch, first, number = b"", [], 1, 0
+    while True:
+        try:
+            chunk = read()
+        except OSError as error:
+            raise DataError(f"cannot read: {error.strerror}", name) from None
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        if not chunk and pending:  # the last line, without a line end
+            complete, pending = [*complete, pending], b""
+        for raw in complete:
+            number += 1
+            if number == 1:
+                raw = raw.removeprefix(codecs.BOM_UTF8)
+            raw = raw.removesuffix(b"\r")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                value = raw.decode("utf-8", errors="replace")
+                byte = raw[error.start : error.start + 1]
+                raise DataError(f"invalid utf-8 (byte {byte!r})", name, number, value) from None
+            if max_chars is not None and len(line) > max_chars:
+                raise DataError(
+                    f"a line of {len(line):,} characters, over the limit of {max_chars:,} "
+                    "(--max-line-length)",
+                    name,
+                    number,
+                    line,
+                )
+            batch.append(line)
+            if len(batch) == size:
+                yield first, batch
+                first, batch = number + 1, []
+        if not chunk:
+            break
+        if batch and not ready():  # nothing more yet: give what there is
+            yield first, batch
+            first, batch = number + 1, []
+    if batch:
+        yield first, batch
 
 
 def sha256_bytes(data: bytes) -> str:

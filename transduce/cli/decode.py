@@ -14,7 +14,7 @@ from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
 from transduce.errors import ConfigError
-from transduce.io import check_line_lengths, decode_lines, display, read_bytes
+from transduce.io import display, line_batches
 from transduce.outputs import check_outputs
 from transduce.reporting import versions, write_json
 
@@ -92,22 +92,25 @@ def decode_command(
     transducer = Transducer.from_checkpoint(payload, device.value, bf16)
     if transducer.precision_warning:
         ui.warn(transducer.precision_warning)
-    lines = decode_lines(read_bytes(input), display(input))[0]
-    check_line_lengths(lines, input, max_line_length)
-    start = time.perf_counter()
-    predictions = transducer.transduce(lines, display(input), input_format.value, options=options)
-    seconds = time.perf_counter() - start
     out = sys.stdout
-    for number, prediction in enumerate(predictions, 1):
-        if nbest == 1:
-            out.write((prediction.texts[0] if prediction.texts else "") + "\n")
-        elif not prediction.texts:  # an empty input line: one line, nothing in it
-            out.write(f"{number}\t\t\n")
-        else:
-            for text, score in zip(prediction.texts, prediction.scores):
-                out.write(f"{number}\t{text}\t{score:.6f}\n")
-    out.flush()
-    decoded = sum(1 for p in predictions if p.texts)
+    seconds, count, decoded = 0.0, 0, 0
+    for first, lines in line_batches(input, options.batch_size, max_line_length):
+        start = time.perf_counter()
+        predictions = transducer.transduce(
+            lines, display(input), input_format.value, options=options, first_line=first
+        )
+        seconds += time.perf_counter() - start
+        for number, prediction in enumerate(predictions, first):
+            if nbest == 1:
+                out.write((prediction.texts[0] if prediction.texts else "") + "\n")
+            elif not prediction.texts:  # an empty input line: one line, nothing in it
+                out.write(f"{number}\t\t\n")
+            else:
+                for text, score in zip(prediction.texts, prediction.scores):
+                    out.write(f"{number}\t{text}\t{score:.6f}\n")
+        out.flush()  # a line in, a line out: the output of each batch as soon as it is ready
+        count += len(lines)
+        decoded += sum(1 for p in predictions if p.texts)
     if transducer.unknown:
         ui.warn(f"{transducer.unknown} input symbols are unknown to the model (read as <unk>)")
     ui.detail(f"{decoded} lines in {seconds:.2f} s ({decoded / max(seconds, 1e-9):.0f} lines/s)")
@@ -128,8 +131,8 @@ def decode_command(
                     "device": str(transducer.device),
                     "bf16": transducer.bf16,
                 },
-                "lines": len(lines),
-                "empty_lines": len(lines) - decoded,
+                "lines": count,
+                "empty_lines": count - decoded,
                 "unknown_symbols": transducer.unknown,
                 "seconds": seconds,
                 "words_per_second": decoded / max(seconds, 1e-9),
