@@ -313,11 +313,13 @@ def test_decode_streams_a_line_in_a_line_out(trained: Path):
 
 
 def test_decode_of_a_file_in_batches_numbers_lines_across_batches(run, trained, tmp_path):
+    words = ["abc", "cab", "bca", "ab", "ca"] * 8  # 40 lines: three pieces of 16 lines
     source = tmp_path / "words.txt"
-    source.write_text("abc\ncab\nbca\nab\tc\n", encoding="utf-8")
-    result = run("decode", trained, source, "--batch-size", "2")
-    one_line_error(result, "words.txt:4", "a tab")
-    source.with_name("ok.txt").write_text("abc\ncab\nbca\n", encoding="utf-8")
-    whole = run("decode", trained, source.with_name("ok.txt"))
-    pieces = run("decode", trained, source.with_name("ok.txt"), "--batch-size", "1")
+    source.write_text("".join(w + "\n" for w in words[:37]) + "ab\tc\n", encoding="utf-8")
+    one_line_error(run("decode", trained, source, "--batch-size", "1"), "words.txt:38", "a tab")
+    good = tmp_path / "ok.txt"
+    good.write_text("".join(w + "\n" for w in words), encoding="utf-8")
+    whole = run("decode", trained, good)
+    pieces = run("decode", trained, good, "--batch-size", "1")
     assert whole.exit_code == pieces.exit_code == 0 and whole.stdout == pieces.stdout
+    assert len(whole.stdout.splitlines()) == 40

@@ -94,7 +94,9 @@ def decode_command(
         ui.warn(transducer.precision_warning)
     out = sys.stdout
     seconds, count, decoded = 0.0, 0, 0
-    for first, lines in line_batches(input, options.batch_size, max_line_length):
+    # up to 16 batches at a time while input keeps coming: length bucketing across them
+    # keeps padding low; fewer as soon as no more input is ready
+    for first, lines in line_batches(input, 16 * options.batch_size, max_line_length):
         start = time.perf_counter()
         predictions = transducer.transduce(
             lines, display(input), input_format.value, options=options, first_line=first
