@@ -239,9 +239,9 @@ def test_the_transformer_trains_with_the_options_through_the_cli(run, tmp_path, 
     report = json.loads((tmp_path / "run" / "train.json").read_text())
     losses = [entry["train_loss"] for entry in report["history"]]
     assert losses[-1] < 0.7 * losses[0], losses
-    result = run("decode", tmp_path / "run", "-", input="a b c d\n")
+    result = run("decode", tmp_path / "run", "-", input="abcd\n")
     assert result.exit_code == 0 and result.stdout.strip()
-    too_long = run("decode", tmp_path / "run", "-", input="a b c d e f g a b\n")
+    too_long = run("decode", tmp_path / "run", "-", input="abcdefgab\n")
     if options["position_mode"].startswith("direct"):  # t = max_positions = 8
         assert too_long.exit_code == 2 and "more than the model takes (8)" in too_long.output
     else:  # sinusoidal positions and conv2d take any length
