@@ -4,7 +4,6 @@ a bar that fits 80 columns."""
 from __future__ import annotations
 
 import io
-import re
 
 from rich.console import Console
 
@@ -27,7 +26,11 @@ def test_clock():
     assert clock(5) == "0:05" and clock(65) == "1:05" and clock(3723) == "1:02:03"
 
 
-def test_the_bar_fits_80_columns_marks_the_best_and_shows_the_eta():
+def test_the_bar_fits_80_columns_marks_the_best_and_shows_the_eta(monkeypatch):
+    import transduce.progress
+
+    now = [1000.0]
+    monkeypatch.setattr(transduce.progress.time, "perf_counter", lambda: now[0])
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=80, color_system=None)
     reporter = ConsoleReporter(console)
@@ -38,12 +41,12 @@ def test_the_bar_fits_80_columns_marks_the_best_and_shows_the_eta():
         "examples_per_s": 100.0, "dev_monotonicity": {},
     }  # fmt: skip
     reporter.validation(entry, best=True)
-    reporter.started -= 30  # as if 30 s had passed
+    now[0] += 30  # 30 s later
     reporter.update(10, 1, 1.2345, 1234.0)
     assert reporter.bar is not None
     status = reporter.bar.tasks[0].fields["status"]
-    # 10 updates in 30 s (and the moments this test takes): 990 left, about 49:30
-    assert "best per 12.35" in status and re.search(r"ETA 49:[3-5]\d", status), status
+    # 10 updates in 30 s: 990 left, 49:30
+    assert "best per 12.35" in status and "ETA 49:30" in status, status
     reporter.bar.refresh()
     reporter.stop()
     text = out.getvalue()
