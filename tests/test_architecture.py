@@ -146,6 +146,11 @@ def test_the_command_line_starts_without_torch(tmp_path):
         "        app(args, prog_name='transduce')\n"
         "    except SystemExit as stop:\n"
         "        assert stop.code in (0, None), (args, stop.code)\n"
+        "import os\n"
+        "from transduce.cli.common import complete_recipe, complete_setting\n"
+        "assert complete_setting('train.optimizer.l') == ['train.optimizer.lr=']\n"
+        "assert 'model.encoder_size=' in complete_setting('model.enc')\n"
+        "assert complete_recipe('g2') == ['g2p']\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

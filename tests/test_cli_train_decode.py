@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 from pathlib import Path
 
@@ -223,7 +224,7 @@ def test_pipeline_in_subprocesses(tmp_path: Path):
     wer = json.loads(pipeline.stdout)["scores"]["wer"]["value"]
     assert 0 <= wer <= 100
     # the natural pipeline (the source column as it is: space-separated) stops with the hint
-    natural = sh("cut -f1 data/test.tsv | transduce decode run > hyp.txt")
+    natural = sh("cut -f1 data/train.tsv | transduce decode run > hyp.txt")  # 3 lines decide
     assert natural.returncode == 2 and "--input-format tsv" in natural.stderr, natural.stderr
     assert len(natural.stderr.strip().splitlines()) == 1
     tabbed = sh("transduce decode run data/test.tsv")
@@ -304,7 +305,9 @@ def test_decode_streams_a_line_in_a_line_out(trained: Path):
         for word in ("abc", "", "cab"):
             process.stdin.write(word + "\n")
             process.stdin.flush()
-            outputs.append(process.stdout.readline())  # blocks until decoded: no EOF needed
+            ready, _, _ = select.select([process.stdout], [], [], 120)  # no hang if broken
+            assert ready, f"no output for {word!r} before the input ended"
+            outputs.append(process.stdout.readline())
         process.stdin.close()
         assert process.wait(timeout=120) == 0
     finally:

@@ -550,9 +550,10 @@ def resolved(config: Config) -> dict[str, Any]:
     }
 
 
-def setting_keys() -> list[str]:
+def setting_keys(models: bool = True) -> list[str]:
     """Every `section.key` a recipe or `--set` can name (nested sections dotted, e.g.
-    `train.optimizer.lr`), the model keys of every model family included: for completion."""
+    `train.optimizer.lr`), with the model keys of every model family (`models`; that
+    imports torch: completion instead takes them from the shipped recipes)."""
 
     def walk(cls: type, prefix: str) -> list[str]:
         keys = []
@@ -566,11 +567,19 @@ def setting_keys() -> list[str]:
                 keys.append(prefix + f.name)
         return keys
 
-    from transduce.models import MODELS
-
     keys = ["model.name"]
     for name, cls in SECTIONS.items():
         keys += walk(cls, f"{name}.")
-    for family in MODELS.values():
-        keys += walk(family.Config, "model.")
+    if models:
+        from transduce.models import MODELS
+
+        for family in MODELS.values():
+            keys += walk(family.Config, "model.")
+    else:
+        for recipe in shipped_recipes():
+            try:
+                model = read_yaml(recipe_path(recipe)).get("model")
+            except ConfigError:
+                continue
+            keys += [f"model.{key}" for key in model or {}] if isinstance(model, dict) else []
     return sorted(set(keys))

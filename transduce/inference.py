@@ -38,6 +38,7 @@ class Prediction:
     scores: list[float] = field(default_factory=list)  # none where the task ranks none
 
 
+RAW_SAMPLE = 10  # lines that decide whether raw input is really a prepared split
 _SPACED = re.compile(r"^\S( \S)+$")  # "c a t": single characters, each after one space
 
 
@@ -60,6 +61,8 @@ class Transducer:
         self.sides = payload["sides"]
         self._segmenter = self._subword_segmenter()
         self.unknown = 0  # input symbols not in the vocabulary, so far
+        self._raw_sample: list[tuple[int, str]] = []  # the first lines of raw input
+        self._raw_decided = False  # whether they were seen to be raw text
 
     @classmethod
     def from_checkpoint(
@@ -165,17 +168,28 @@ class Transducer:
         if tabbed:
             number, line = tabbed[0]
             raise DataError(f"a tab in a line of raw text ({hint})", path, number, line)
-        if source.get("unit") == tokens.CHAR and SPACE not in self.source_vocab.index:
-            spaced = [(n, line) for n, line in filled if _SPACED.match(line.strip())]
-            if len(spaced) * 2 > len(filled):
-                number, line = spaced[0]
-                raise DataError(
-                    "symbols separated by spaces, but the model reads characters and has "
-                    f"never seen a space (the source column of {hint})",
-                    path,
-                    number,
-                    line,
-                )
+        if source.get("unit") != tokens.CHAR or SPACE in self.source_vocab.index:
+            return
+        # decided once, on the first non-empty lines (3 to RAW_SAMPLE of them, gathered
+        # over calls when the input comes in pieces): neither the batch size nor one odd
+        # line typed at a terminal decides
+        if self._raw_decided:
+            return
+        sample = self._raw_sample
+        sample.extend(filled[: RAW_SAMPLE - len(sample)])
+        if len(sample) < 3:
+            return
+        self._raw_decided = True
+        spaced = [(n, line) for n, line in sample if _SPACED.match(line.strip())]
+        if len(spaced) * 2 > len(sample):
+            number, line = spaced[0]
+            raise DataError(
+                "symbols separated by spaces, but the model reads characters and has never "
+                f"seen a space (the source column of {hint})",
+                path,
+                number,
+                line,
+            )
 
     # ----------------------------------------------------------------- decoding
 
@@ -206,6 +220,7 @@ class Transducer:
             raise TypeError("give the search options as `options` or as keywords, not both")
         if isinstance(lines, str):
             raise TypeError("lines: a list of strings, not one string")
+        lines = list(lines)  # an iterator (an open file) is read once, here
         self.task.check_decode(options)
         if input_format == "raw":
             self._check_raw(lines, path, first_line)

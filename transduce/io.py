@@ -195,9 +195,18 @@ def _batches(
         except OSError as error:
             raise DataError(f"cannot read: {error.strerror}", name) from None
         pending += chunk
-        *complete, pending = pending.split(b"\n")
-        if not chunk and pending:  # the last line, without a line end
-            complete, pending = [*complete, pending], b""
+        complete: list[bytes] = []
+        if b"\n" in chunk or not chunk:  # split only when a line ended: linear in the input
+            *complete, pending = pending.split(b"\n")
+            if not chunk and pending:  # the last line, without a line end
+                complete, pending = [*complete, pending], b""
+        elif max_chars is not None and len(pending) > 4 * max_chars + 4:  # UTF-8: <= 4 bytes
+            raise DataError(
+                f"a line of more than {max_chars:,} characters (--max-line-length)",
+                name,
+                number + 1,
+                pending[:200].decode("utf-8", errors="replace"),
+            )
         for raw in complete:
             number += 1
             if number == 1:

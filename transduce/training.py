@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import hashlib
 import json
+import os
 import random
 import signal
 import sys
@@ -73,6 +74,8 @@ class Interrupts:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
+        with contextlib.suppress(OSError):
+            os.write(2, b"\nCtrl-C: stopping after this update (again to stop at once)\n")
 
     def __enter__(self) -> Interrupts:
         if threading.current_thread() is threading.main_thread():
@@ -306,6 +309,12 @@ class Trainer:
         state = self.checkpoints.resume_state() if self.resume else None
         if state is not None:
             self._check_same_model(state)
+            before = (state["config"].get("train") or {}).get("dev_subset")
+            if before != self.config.train.dev_subset:
+                self.notes.append(
+                    f"warning: train.dev_subset was {before}, now {self.config.train.dev_subset}"
+                    ": the best dev score so far and the patience count are of the other dev set"
+                )
         data, model, optimizer, schedule, progress = self.setup(state)
         self._resumed_at = None if state is None else progress.update
         if state is not None:
@@ -315,9 +324,11 @@ class Trainer:
         for message in [f"run directory: {self.run_dir}", *self.notes, *repairs]:
             self.reporter.message(message)
         atomic_write_text(self.run_dir / "config.yaml", _yaml(configuration.resolved(self.config)))
-        total = t.max_updates
-        if total is None and t.max_epochs is not None:
-            total = t.max_epochs * len(self.batches(data, 0))
+        # the first of the two limits: updates, or epochs of batches
+        limits = [t.max_updates] if t.max_updates is not None else []
+        if t.max_epochs is not None:
+            limits.append(t.max_epochs * len(self.batches(data, 0)))
+        total = min(limits) if limits else None
         self.reporter.start(total, progress.update, t.max_minutes, progress.elapsed)
         return self._loop(data, model, optimizer, schedule, progress, start_time)
 
@@ -330,8 +341,14 @@ class Trainer:
         progress: Progress,
         start_time: float,
     ) -> dict[str, Any]:
-        with Interrupts() as interrupts:
-            return self._train(data, model, optimizer, schedule, progress, start_time, interrupts)
+        with Interrupts() as interrupts:  # Ctrl-C is ours during the updates only
+            self._train(data, model, optimizer, schedule, progress, interrupts)
+        self.reporter.stop()
+        self.reporter.message(f"stopped: {progress.stop}")
+        report = self.finish(model, data, progress, time.perf_counter() - start_time)
+        if progress.stop == INTERRUPTED:
+            raise Interrupted(self.run_dir, progress.update)
+        return report
 
     def _train(
         self,
@@ -340,9 +357,9 @@ class Trainer:
         optimizer: torch.optim.Optimizer,
         schedule: Schedule,
         progress: Progress,
-        start_time: float,
         interrupts: Interrupts,
-    ) -> dict[str, Any]:
+    ) -> None:
+        """Updates and validations until a limit is reached or Ctrl-C asks to stop."""
         t = self.config.train
         limits = Limits(t, schedule, time.perf_counter() - progress.elapsed)
         model.train()
@@ -369,12 +386,6 @@ class Trainer:
                 self.checkpoints.save(payload, improved=False)
             if progress.stop is not None:
                 break
-        self.reporter.stop()
-        self.reporter.message(f"stopped: {progress.stop}")
-        report = self.finish(model, data, progress, time.perf_counter() - start_time)
-        if progress.stop == INTERRUPTED:
-            raise Interrupted(self.run_dir, progress.update)
-        return report
 
     def train_step(
         self,
@@ -515,7 +526,7 @@ class Trainer:
             "versions": versions(),
         }
 
-    def _earlier_test(self, progress: Progress) -> dict[str, Any] | None:
+    def _earlier_test(self, progress: Progress, manifest: Path) -> dict[str, Any] | None:
         """The test scores of the run's train.json, when this resumed session trained
         nothing and would decode the test set exactly as that session did."""
         if self._resumed_at is None or self._resumed_at != progress.update:
@@ -526,13 +537,17 @@ class Trainer:
             return None
         resolved = configuration.resolved(self.config)
         before = earlier.get("config") or {}
+        predictions = self.run_dir / "test.predictions"
+        data = earlier.get("data") or {}
         same = (
-            earlier.get("best", {}).get("update") == progress.best_update
+            predictions.is_file()
+            and data.get("test_predictions_sha256") == sha256_file(predictions)
+            and data.get("manifest_sha256") == sha256_file(manifest)
+            and earlier.get("best", {}).get("update") == progress.best_update
             and earlier.get("updates") == progress.update
             and before.get("decode") == resolved["decode"]
             and before.get("data") == resolved["data"]
             and self.config.train.test
-            and (self.run_dir / "test.predictions").is_file()
         )
         return earlier.get("test") if same and earlier.get("test") else None
 
@@ -546,7 +561,8 @@ class Trainer:
             model.load_state_dict(self.checkpoints.load_best(progress.best_update)["model"])
             fault_point("before-test")
         test_scores = None
-        kept = None if interrupted else self._earlier_test(progress)
+        manifest = data.prepared.directory / "manifest.json"
+        kept = None if interrupted else self._earlier_test(progress, manifest)
         if kept is not None:
             test_scores = kept
             self.reporter.message(
@@ -559,7 +575,7 @@ class Trainer:
             atomic_write_text(
                 self.run_dir / "test.predictions", "".join(line + "\n" for line in lines)
             )
-        manifest = data.prepared.directory / "manifest.json"
+        predictions = self.run_dir / "test.predictions"
         report = {
             "schema": REPORT_SCHEMA,
             "config": configuration.resolved(self.config),
@@ -573,6 +589,9 @@ class Trainer:
                 "train_examples_too_long": data.skipped_long,
                 "dev_sources": len(data.dev_eval.sources),
                 "test_sources": None if data.test_eval is None else len(data.test_eval.sources),
+                "test_predictions_sha256": (
+                    sha256_file(predictions) if test_scores is not None else None
+                ),
             },
             "vocab": {"source": len(data.source_vocab), "target": len(data.target_vocab)},
             "parameters": model.parameter_count(),

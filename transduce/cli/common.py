@@ -56,4 +56,4 @@ def complete_setting(incomplete: str) -> list[str]:
     """Shell completion of --set: every `section.key=` a recipe can hold."""
     from transduce.config import setting_keys
 
-    return [f"{key}=" for key in setting_keys() if key.startswith(incomplete)]
+    return [f"{key}=" for key in setting_keys(models=False) if key.startswith(incomplete)]
