@@ -154,7 +154,7 @@ def test_interrupted_by_a_signal_between_last_and_best_then_resumed(
     assert same_weights(run / "best.pt", whole / "best.pt")
 
 
-@pytest.mark.parametrize("point", ["update@5", "update@6", "validation@2"])
+@pytest.mark.parametrize("point", ["update@1", "update@5", "update@6", "validation@2"])
 def test_ctrl_c_finishes_the_update_writes_last_pt_and_train_json_and_resumes(
     reference, tmp_path: Path, point: str
 ):

@@ -136,6 +136,8 @@ class Checkpointer:
         """
         update, best = _updates(state)
         path = self.run_dir / BEST
+        if best is None:  # stopped (Ctrl-C) before its first validation: no best yet
+            return []
         try:
             other = load(path)
             held: int | None = _updates(other)[0]
