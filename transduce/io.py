@@ -125,11 +125,14 @@ def decode_lines(
     return lines, bad
 
 
-def check_line_lengths(lines: list[str | None], path: str | Path, limit: int | None) -> None:
-    """A `DataError` for the first line longer than `limit` characters (None: no limit)."""
+def check_line_lengths(
+    lines: list[str | None], path: str | Path, limit: int | None, first: int = 1
+) -> None:
+    """A `DataError` for the first line longer than `limit` characters (None: no limit);
+    `first`: the number of `lines[0]`."""
     if limit is None:
         return
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(lines, first):
         if line is not None and len(line) > limit:
             raise DataError(
                 f"a line of {len(line):,} characters, over the limit of {limit:,} "
@@ -218,14 +221,7 @@ def _batches(
                 value = raw.decode("utf-8", errors="replace")
                 byte = raw[error.start : error.start + 1]
                 raise DataError(f"invalid utf-8 (byte {byte!r})", name, number, value) from None
-            if max_chars is not None and len(line) > max_chars:
-                raise DataError(
-                    f"a line of {len(line):,} characters, over the limit of {max_chars:,} "
-                    "(--max-line-length)",
-                    name,
-                    number,
-                    line,
-                )
+            check_line_lengths([line], name, max_chars, number)
             batch.append(line)
             if len(batch) == size:
                 yield first, batch

@@ -330,17 +330,6 @@ class Trainer:
             limits.append(t.max_epochs * len(self.batches(data, 0)))
         total = min(limits) if limits else None
         self.reporter.start(total, progress.update, t.max_minutes, progress.elapsed)
-        return self._loop(data, model, optimizer, schedule, progress, start_time)
-
-    def _loop(
-        self,
-        data: TaskData,
-        model: Model,
-        optimizer: torch.optim.Optimizer,
-        schedule: Schedule,
-        progress: Progress,
-        start_time: float,
-    ) -> dict[str, Any]:
         with Interrupts() as interrupts:  # Ctrl-C is ours during the updates only
             self._train(data, model, optimizer, schedule, progress, interrupts)
         self.reporter.stop()
