@@ -235,6 +235,28 @@ def test_subprocess_help_and_module():
     assert result.returncode == 0 and result.stdout.strip() == f"transduce {__version__}"
 
 
+@pytest.mark.parametrize(
+    "command", ["train", "decode", "prepare", "analyze-monotonicity", "score", "recipes"]
+)
+def test_help_fits_80_columns(command: str):
+    """At 80 columns the help text keeps a column of at least 20 characters (`score --help`
+    once wrapped every option's help into one-word lines)."""
+    env = {**transduce_env(), "COLUMNS": "80"}
+    result = subprocess.run(
+        ["transduce", command, "--help"], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(map(len, lines)) <= 80
+    # continuation lines of a panel: "│" and spaces up to the help column, then help text
+    starts = [
+        len(line) - len(line[1:].lstrip(" "))
+        for line in lines
+        if line.startswith("│") and line[1:].strip(" │") and line[1:6] == "     "
+    ]
+    assert starts and 79 - max(starts) >= 20, result.stdout
+
+
 def test_subprocess_pipeline(tmp_path: Path):
     ref = tmp_path / "ref.txt"
     ref.write_text("K AE T\nD AO G\n", encoding="utf-8")

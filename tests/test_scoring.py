@@ -164,14 +164,31 @@ def test_merge_variants_scores_each_source_once(tmp_path: Path):
         score_request(ScoreRequest(hyp, [ref], ref_col=2, source_col=3))
 
 
-def test_a_prepared_split_with_variants_suggests_merging(tmp_path: Path, data: Path):
+def test_a_prepared_split_with_variants_is_merged_by_default(tmp_path: Path, data: Path):
     inputs = {"train": [data / "cmudict-sample.dict"], "test": [data / "cmudict-07b-style.dict"]}
     prepare(PrepareRequest("cmudict", tmp_path / "p", inputs=inputs, dev_ratio=0.2))
     test = tmp_path / "p" / "test.tsv"
-    targets = [line.split("\t")[1] for line in test.read_text(encoding="utf-8").splitlines()]
-    hyp = write(tmp_path / "hyp", "\n".join(targets) + "\n")
-    report, _, _ = score_request(ScoreRequest(hyp, [str(test)], ["wer"], ref_col=2))
-    assert any("--merge-variants" in w for w in report["warnings"])
+    rows = [line.split("\t") for line in test.read_text(encoding="utf-8").splitlines()]
+    sources = [source for source, _ in rows]
+    assert len(set(sources)) < len(sources)  # the test file has variants
+    # what decode prints: one answer per source, on each of its lines (the first variant)
+    first = {}
+    for source, target in rows:
+        first.setdefault(source, target)
+    hyp = write(tmp_path / "hyp", "".join(first[s] + "\n" for s in sources))
+    report, loaded, _ = score_request(ScoreRequest(hyp, [str(test)], ["wer"], ref_col=2))
+    assert value(report, "wer") == 0.0 and report["options"]["merge_variants"] is True
+    assert report["lines"] == len(set(sources)) and loaded.merged
+    assert "--no-merge-variants scores every line" in report["notes"][0]
+    report, _, _ = score_request(
+        ScoreRequest(hyp, [str(test)], ["wer"], ref_col=2, merge_variants=False)
+    )
+    assert report["lines"] == len(sources) and report["options"]["merge_variants"] is False
+    assert value(report, "wer") > 0  # each second variant now counts as an error
+    # a TSV that is not a prepared split is scored line by line unless asked
+    plain = write(tmp_path / "plain.tsv", test.read_text(encoding="utf-8"))
+    report, _, _ = score_request(ScoreRequest(hyp, [plain], ["wer"], ref_col=2))
+    assert report["lines"] == len(sources) and not report["options"]["merge_variants"]
 
 
 def test_merge_variants_with_references_on_stdin(tmp_path: Path, monkeypatch):

@@ -1,7 +1,9 @@
 """transduce: neural character- and word-level transduction from the command line.
 
 From Python: `transduce.load(RUN_DIR or CHECKPOINT)` gives a `Transducer`, whose
-`.transduce(lines, beam=..., nbest=...)` returns a `Prediction` (`.texts`, `.scores`) per line.
+`.transduce(lines, beam=..., nbest=...)` returns a `Prediction` (`.texts`, `.scores`) per line;
+`transduce.score(hypotheses, references, metrics=["wer", "per"])` scores lines as
+`transduce score` scores files (a `Score` per metric: `.value`, `.signature`).
 """
 
 from __future__ import annotations
@@ -9,10 +11,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from os import PathLike
 
     from transduce.inference import Transducer
+    from transduce.metrics.base import Score
 
+from transduce import defaults
 from transduce.version import __version__ as __version__
 
 
@@ -22,6 +27,22 @@ def load(path: str | PathLike[str], device: str = "cpu", bf16: bool | None = Non
     from transduce.inference import Transducer
 
     return Transducer.from_checkpoint(path, device, bf16)
+
+
+def score(
+    hypotheses: Sequence[str],
+    references: Sequence[str | Sequence[str]],
+    metrics: Sequence[str] = defaults.METRICS,
+    unit: str = defaults.UNIT,
+    options: dict[str, dict[str, Any]] | None = None,
+    bootstrap: int = 0,
+    seed: int = defaults.BOOTSTRAP_SEED,
+) -> dict[str, Score]:
+    """Score hypotheses against references (a string per line, or per line a list of
+    alternatives) as `transduce score` does; see `transduce.scoring.score_lines`."""
+    from transduce.scoring import score_lines
+
+    return score_lines(hypotheses, references, metrics, unit, options, bootstrap, seed)
 
 
 def __getattr__(name: str) -> Any:

@@ -27,7 +27,7 @@ from transduce.errors import ConfigError, DataError, plural
 from transduce.io import STDIN, check_line_lengths, decode_lines, display, read_bytes
 from transduce.metrics import METRICS
 from transduce.metrics.base import DataFile, FileContent, Metric, Option, Score, check_bootstrap
-from transduce.metrics.corpus import Corpus
+from transduce.metrics.corpus import Corpus, Text
 from transduce.outputs import check_outputs as guard_outputs
 from transduce.registry import lookup
 from transduce.reporting import versions
@@ -43,7 +43,8 @@ class ScoreRequest:
         merge_variants: Lines whose source (column `source_col` of the first reference
             TSV) is the same count as one item: scored once, with the hypothesis of its
             first line, against the references of all its lines. This is how G2P is scored
-            on CMUdict, where a word with two pronunciations has two lines.
+            on CMUdict, where a word with two pronunciations has two lines. None (the
+            default): merge when the reference is a prepared split that repeats a source.
         data_files: The files that metrics declare (`Metric.data_files`) by name, e.g.
             {"train": "train.conllu"} for tagacc over OOV and ambiguous words.
     """
@@ -59,7 +60,7 @@ class ScoreRequest:
     bootstrap: int = 0
     seed: int = defaults.BOOTSTRAP_SEED
     encoding: str = defaults.ENCODING
-    merge_variants: bool = False
+    merge_variants: bool | None = None
     source_col: int = 1
     data_files: dict[str, str] = field(default_factory=dict)
     max_line_length: int | None = defaults.MAX_LINE_LENGTH
@@ -84,6 +85,7 @@ class Loaded:
         input_lines: The number of input lines.
         warnings: Signs that an input may be misread (shown on stderr and in the report).
         notes: Details for --verbose and the report.
+        merged: Whether lines with the same source were merged (`merge_variants`).
     """
 
     corpus: Corpus
@@ -91,6 +93,7 @@ class Loaded:
     input_lines: int
     warnings: list[str]
     notes: list[str]
+    merged: bool = False
 
 
 Files = dict[str, tuple[bytes, list[str]]]  # path -> (bytes, lines): each file is read once
@@ -157,6 +160,14 @@ def _alternatives(column: Column, separator: str | None) -> list[str] | list[lis
             raise DataError("empty reference", display(column.path), number, line)
         result.append(alts)
     return result
+
+
+def _joined(per_file: list[list[str] | list[list[str]]]) -> list[list[str]]:
+    """The references of each line from all reference files, as one list per line."""
+    return [
+        [a for alts in line for a in ([alts] if isinstance(alts, str) else alts)]
+        for line in zip(*per_file)
+    ]
 
 
 def _merge_variants(
@@ -230,37 +241,36 @@ def load_corpus(request: ScoreRequest) -> Loaded:
     notes: list[str] = []
     per_file = [_alternatives(ref, request.ref_sep) for ref in refs]
     alternatives: list[Any] = per_file[0]
-    if len(per_file) > 1 or request.merge_variants:
-        alternatives = [
-            [a for alts in line for a in ([alts] if isinstance(alts, str) else alts)]
-            for line in zip(*per_file)
-        ]
+    if len(per_file) > 1:
+        alternatives = _joined(per_file)
     hyp_lines, numbers = hyps.lines, list(range(1, len(hyps.lines) + 1))
+    merged = False
     if (request.merge_variants or refs[0].side is not None) and sources is None:
         keys = read_column(
             request.refs[0], request.source_col, "--source-col", request.encoding, files
         ).lines
-        if request.merge_variants:
+        merged = request.merge_variants is True or (
+            request.merge_variants is None and len(set(keys)) < len(keys)
+        )
+        if merged:
             hyp_lines, alternatives, numbers, disagree = _merge_variants(
-                hyp_lines, alternatives, keys
+                hyp_lines, _joined(per_file), keys
             )
-            notes.append(f"merged {len(keys)} lines into {len(numbers)} sources")
+            note = f"merged {len(keys)} lines into {len(numbers)} sources"
+            if request.merge_variants is None:
+                note += " (the variants of a prepared split; --no-merge-variants scores every line)"
+            notes.append(note)
             if disagree:
                 notes.append(
                     f"{plural(disagree, 'source')} with variants got different hypotheses on "
                     "their lines: the first line's is scored"
                 )
-        elif len(set(keys)) < len(keys):
-            warnings.append(
-                f"{plural(len(keys) - len(set(keys)), 'line')} repeat a source with another "
-                "answer (variants): --merge-variants scores each source once against all of them"
-            )
     unit = request.unit
     sides = [ref.side for ref in refs if ref.side is not None]
     if unit == "auto" and sides:
         unit = tokens.CHAR if all(s.get("unit") == tokens.CHAR for s in sides) else tokens.SYMBOL
     corpus = Corpus(hyp_lines, alternatives, unit, parallel=True, sources=sources)
-    return Loaded(corpus, numbers, len(hyps.lines), warnings, notes)
+    return Loaded(corpus, numbers, len(hyps.lines), warnings, notes, merged)
 
 
 def _words(path: str, column: int, files: Files) -> list[list[str]]:
@@ -403,7 +413,7 @@ def score_request(request: ScoreRequest) -> tuple[dict[str, Any], Loaded, list[M
             "hyp_col": request.hyp_col,
             "ref_col": request.ref_col,
             "ref_sep": request.ref_sep,
-            "merge_variants": request.merge_variants,
+            "merge_variants": loaded.merged,
             "metric_options": request.metric_options,
             **{key: request.data_files.get(key) for key in declared_files()},
         },
@@ -413,6 +423,34 @@ def score_request(request: ScoreRequest) -> tuple[dict[str, Any], Loaded, list[M
         "versions": versions(),
     }
     return report, loaded, metrics
+
+
+def score_lines(
+    hypotheses: Sequence[Text],
+    references: Sequence[Text | Sequence[Text]],
+    metrics: Sequence[str] = defaults.METRICS,
+    unit: str = defaults.UNIT,
+    options: dict[str, dict[str, Any]] | None = None,
+    bootstrap: int = 0,
+    seed: int = defaults.BOOTSTRAP_SEED,
+) -> dict[str, Score]:
+    """`transduce score` on lines in memory (`transduce.score`): each metric's `Score`
+    (`.value`, `.signature`, `.ci`), by the label the command's table shows.
+
+    Args:
+        hypotheses: A string per line (or a sequence of symbols).
+        references: Per line a string, or a list of alternatives.
+        metrics: Metric names (`transduce.metrics.METRICS`).
+        unit: symbol, char, char-nospace or auto (symbol when most references have spaces).
+        options: Each metric's options by name, e.g. {"per": {"average": "word"}}.
+        bootstrap: Resamples for a 95% confidence interval (0: none; at least 100).
+    """
+    request = ScoreRequest(
+        "", [], list(metrics), unit, metric_options=options or {}, bootstrap=bootstrap, seed=seed
+    )
+    chosen = make_metrics(request)
+    corpus = Corpus(hypotheses, references, unit, parallel=True)
+    return {m.label: m.score(corpus, bootstrap=bootstrap, seed=seed) for m in chosen}
 
 
 def _cell(text: str) -> str:

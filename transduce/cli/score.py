@@ -66,10 +66,11 @@ def score_command(
     unit: Annotated[
         Unit,
         _option(
-            "symbol: whitespace-separated tokens; char: characters, a space counts as one "
-            "(as the official scorers); char-nospace: characters, whitespace left out; "
-            "auto: symbol when most references contain spaces (a prepared split: its target's).",
+            "symbol (whitespace-separated tokens), char (characters, a space being one), "
+            "char-nospace (characters but spaces) or auto (symbol when most references have "
+            "spaces; a prepared split: its target's unit).",
             _IN,
+            metavar="UNIT",
         ),
     ] = DEFAULT_UNIT,
     ref_col: Annotated[
@@ -89,13 +90,14 @@ def score_command(
         _option("Separator of alternative references inside one line.", _IN, show_default=False),
     ] = None,
     merge_variants: Annotated[
-        bool,
+        bool | None,
         _option(
             "Score each source once, against the references of all its lines (CMUdict "
-            "variants); needs --ref-col.",
+            "variants; needs --ref-col). Default: merge those of a prepared split.",
             _IN,
+            show_default=False,
         ),
-    ] = False,
+    ] = None,
     source_col: Annotated[
         int, _option("The source column for --merge-variants (and the words for --train).", _IN)
     ] = 1,
@@ -191,7 +193,7 @@ def _table(result: dict[str, Any]) -> None:
     with_ci = any("ci" in s for s in scores.values())
     lines = f"{result['lines']} lines"
     if result["input_lines"] != result["lines"]:
-        lines = f"{result['lines']} sources from {result['input_lines']} lines"
+        lines = f"{result['lines']} sources from {result['input_lines']} lines (variants merged)"
     title = f"{lines}, unit {result['unit']}, references per line {result['nrefs']}"
     table = Table(title=title, title_justify="left")
     table.add_column("metric")
