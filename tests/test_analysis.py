@@ -96,10 +96,63 @@ def test_plots_or_terminal_heatmaps(run, trained, tmp_path: Path):
     result = run("analyze-monotonicity", trained, data, "--plot", tmp_path / "p", "--lines", "1,2")
     assert result.exit_code == 0, result.output
     if importlib.util.find_spec("matplotlib") is None:
-        assert "PNGs need matplotlib" in result.stderr and "line 2, attention" in result.stderr
-    else:
-        assert (tmp_path / "p" / "line1.png").is_file() and (tmp_path / "p" / "line2.png").is_file()
-        assert (tmp_path / "p" / "monotonicity.png").is_file()
+        assert "plots need matplotlib" in result.stderr and "line 2, attention" in result.stderr
+        return
+    magic = {"png": b"\x89PNG", "pdf": b"%PDF", "svg": b"<?xml"}
+    for name in ("line1", "line2", "monotonicity"):
+        assert (tmp_path / "p" / f"{name}.png").read_bytes().startswith(magic["png"])
+    for fmt in ("pdf", "svg"):
+        args = ["--plot", tmp_path / fmt, "--lines", "2", "--format", fmt]
+        result = run("analyze-monotonicity", trained, data, *args)
+        assert result.exit_code == 0, result.output
+        assert sorted(p.name for p in (tmp_path / fmt).iterdir()) == [
+            f"line2.{fmt}",
+            f"monotonicity.{fmt}",
+        ]
+        assert (tmp_path / fmt / f"line2.{fmt}").read_bytes().startswith(magic[fmt])
+    result = run("analyze-monotonicity", trained, data, "--plot", tmp_path, "--format", "jpg")
+    assert result.exit_code == 2 and "'jpg' is not one of" in result.output
+
+
+def test_a_panel_per_head_a_row_per_layer(trained, tmp_path: Path):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from transduce.analysis import AttentionMap, _curve, _heatmaps, mechanism_grid
+    from transduce.models.selfattention import head_names
+
+    names = head_names("decoder", 3, 4)
+    assert mechanism_grid(names) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert mechanism_grid(["attention"]) == [[0]]
+    assert mechanism_grid(["a", "b.head.1"]) == [[0, 1]]  # not all per layer: one row
+    item = AttentionMap(
+        3, torch.rand(12, 5, 7).softmax(-1), list("abcdefg"), ["A", "B", "C", "D", "</s>"]
+    )
+    figure = _heatmaps(plt, item, names, forced=True)
+    panels = [a for a in figure.axes if a.get_visible() and a.get_images()]
+    assert len(panels) == 12 and len(figure.axes) == 13  # and one colorbar for all
+    assert [a.get_title() for a in panels[:4]] == ["head 1", "head 2", "head 3", "head 4"]
+    width, height = figure.get_size_inches()
+    assert width < 4 * height  # a grid, not one strip of 12 panels
+    plt.close(figure)
+    history = [
+        (u, {"delta": 0.0, "overall": {"mono": 50.0},
+             "mechanisms": {n: {"mono": 50.0 + k} for k, n in enumerate(names)}})
+        for u in (100, 200)
+    ]  # fmt: skip
+    figure = _curve(plt, history)
+    lines = figure.axes[0].get_lines()
+    assert len(lines) == 13 and lines[-1].get_label() == "mean"
+    styles = {(str(line.get_color()), line.get_linestyle()) for line in lines}
+    assert len(styles) == 13  # no two curves look alike
+    legend = figure.axes[0].get_legend()
+    figure.canvas.draw()
+    box = legend.get_window_extent()
+    assert box.x0 >= figure.axes[0].get_window_extent().x1  # outside the data, on the right
+    plt.close(figure)
 
 
 def test_bad_input_is_one_line_and_exit_2(run, trained, tmp_path: Path):

@@ -12,6 +12,7 @@ fails this test: give it one below.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -179,6 +180,8 @@ def test_the_readme_examples_run(tmp_path: Path):
     assert sum(k == "python" for k, _ in examples()) >= 2 and len(ran) >= 20, ran
     # what the examples made, as the README says
     assert (work / "runs" / "g2p" / "best.pt").is_file() and (work / "mono.json").is_file()
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (work / "plots" / "line5.pdf").is_file()
     resumed = json.loads((work / "runs" / "tf" / "train.json").read_text(encoding="utf-8"))
     assert resumed["updates"] == 6, resumed.get("updates")
 

@@ -15,8 +15,9 @@ j > j'. Only the counted source positions (right of a `<sep>`) take part, and th
 are renormalized over them first, as in the loss. Outputs are counted as monotonic or not,
 split by whether the decoded output equals the reference.
 
-Plots (`--plot`): the attention of chosen lines, one heatmap per mechanism, and the dev
-%mono of a run over its training (its `train.json`), as PNGs through matplotlib.
+Plots (`--plot`): the attention of chosen lines, one heatmap per mechanism (a row per layer,
+heads as columns, one colorbar), and the dev %mono of a run over its training (its
+`train.json`), as PNG, PDF or SVG through matplotlib.
 
 Everything here runs the model or reads and writes files; `transduce.cli.analyze` only
 parses the command line and prints.
@@ -40,7 +41,7 @@ from transduce.data.dataset import load_prepared, parse_split_line
 from transduce.decoding import decode_all
 from transduce.errors import ConfigError, DataError, TransduceError, plural
 from transduce.inference import Transducer
-from transduce.io import decode_lines, read_bytes
+from transduce.io import atomic_binary, decode_lines, read_bytes
 from transduce.models import Seq2SeqModel, expect
 from transduce.monotonicity import FLOOR, MonotonicityStats, counted_positions
 
@@ -229,50 +230,127 @@ def attention_maps(
     return maps
 
 
+def mechanism_grid(names: Sequence[str]) -> list[list[int]]:
+    """The mechanisms laid out as rows of a grid: a row per layer, heads as columns, when
+    the names are "{prefix}.{layer}.head.{head}" (`head_names`); else one row."""
+    rows: dict[str, list[int]] = {}
+    for index, name in enumerate(names):
+        layer, dot, _ = name.rpartition(".head.")
+        if not dot:
+            return [list(range(len(names)))]
+        rows.setdefault(layer, []).append(index)
+    return list(rows.values())
+
+
+def _heatmaps(plt: Any, item: AttentionMap, names: Sequence[str], forced: bool) -> Any:
+    """One figure: a panel per mechanism (layers as rows, heads as columns), shared axes
+    labelled on the outer panels, one colorbar for all (weights 0 to 1)."""
+    grid = mechanism_grid(names)
+    rows, columns = len(grid), max(len(r) for r in grid)
+    S, T = len(item.columns), len(item.rows)
+    # about 0.2 inch per symbol, so that 7-point labels never overlap; at least 1.4 inch
+    width, height = max(1.4, 0.2 * S), max(1.4, 0.2 * T)
+    figure, axes = plt.subplots(
+        rows, columns, figsize=(columns * width + 1.6, rows * height + 1.0),
+        squeeze=False, sharex=True, sharey=True, layout="constrained",
+    )  # fmt: skip
+    image = None
+    for r, indices in enumerate(grid):
+        for c in range(columns):
+            axis = axes[r][c]
+            if c >= len(indices):
+                axis.set_visible(False)
+                continue
+            k = indices[c]
+            image = axis.imshow(
+                item.attention[k].numpy(), cmap="Greys", vmin=0, vmax=1, aspect="auto",
+                interpolation="nearest",
+            )  # fmt: skip
+            layer, dot, head = names[k].rpartition(".head.")
+            axis.set_title(f"head {head}" if dot else names[k], fontsize=8)
+            if c == 0:
+                axis.set_yticks(range(T), item.rows, fontsize=7)
+                if dot:
+                    axis.set_ylabel(f"{layer}\n(output)", fontsize=8)
+            if r == rows - 1 or (r + 1 < rows and c >= len(grid[r + 1])):
+                axis.set_xticks(range(S), item.columns, fontsize=7, rotation=90)
+            axis.tick_params(length=0)
+    figure.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
+    mode = "reading the reference" if forced else "decoding"
+    figure.suptitle(f"line {item.line}: attention while {mode}", fontsize=9)
+    return figure
+
+
+def _curve(plt: Any, points: list[tuple[int, dict[str, Any]]]) -> Any:
+    """Dev %mono per update: a line per mechanism in distinct colours (and dashes past
+    ten), the mean over them in black, the legend outside the data, on the right."""
+    names = list(points[0][1]["mechanisms"])
+    figure, axis = plt.subplots(figsize=(6.5, 3.5), layout="constrained")
+    palette = plt.get_cmap("tab10" if len(names) <= 10 else "tab20").colors
+    updates = [u for u, _ in points]
+    for k, name in enumerate(names):
+        axis.plot(
+            updates, [m["mechanisms"][name]["mono"] for _, m in points], label=name,
+            color=palette[k % len(palette)], linestyle=("-", "--", ":")[k // len(palette) % 3],
+            linewidth=1.2, marker="." if len(points) < 30 else None,
+        )  # fmt: skip
+    if len(names) > 1:
+        axis.plot(updates, [m["overall"]["mono"] for _, m in points], color="black",
+                  linewidth=2.2, label="mean")  # fmt: skip
+    axis.xaxis.get_major_locator().set_params(integer=True)
+    axis.set_xlabel("update")
+    axis.set_ylabel(f"dev %mono (δ={points[0][1]['delta']:g})")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                ncols=1 if len(names) <= 16 else 2)  # fmt: skip
+    return figure
+
+
 def write_plots(
-    maps: Sequence[AttentionMap], names: Sequence[str], directory: Path, run_dir: Path
-) -> bool:
-    """Write `line{N}.png` for each map (a panel per mechanism) and, when `run_dir` has a
-    `train.json` with dev monotonicity, `monotonicity.png` (dev %mono per update).
+    maps: Sequence[AttentionMap],
+    names: Sequence[str],
+    directory: Path,
+    run_dir: Path,
+    forced: bool = True,
+    fmt: str = "png",
+) -> list[Path]:
+    """Write `line{N}.{fmt}` for each map (`_heatmaps`) and, when `run_dir` has a
+    `train.json` with dev monotonicity, `monotonicity.{fmt}` (`_curve`). Each file is
+    written atomically (a crash leaves the old file or the new one).
 
     Returns:
-        False, writing nothing, when matplotlib is not installed.
+        The files written; none when matplotlib is not installed.
     """
+    if fmt not in defaults.PLOT_FORMATS:
+        valid = ", ".join(defaults.PLOT_FORMATS)
+        raise ConfigError(f"--format: {fmt!r} is not one of {valid}")
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return False
-    directory.mkdir(parents=True, exist_ok=True)
-    for item in maps:
-        K = item.attention.shape[0]
-        figure, axes = plt.subplots(1, K, figsize=(3 * K + 1, 3), squeeze=False)
-        for k, axis in enumerate(axes[0]):
-            axis.imshow(item.attention[k].numpy(), cmap="Greys", vmin=0, vmax=1, aspect="auto")
-            axis.set_title(names[k], fontsize=8)
-            axis.set_xticks(range(len(item.columns)), item.columns, fontsize=7)
-            axis.set_yticks(range(len(item.rows)), item.rows, fontsize=7)
-        figure.tight_layout()
-        figure.savefig(directory / f"line{item.line}.png", dpi=120)
-        plt.close(figure)
+        return []
+    figures: list[tuple[str, Any]] = [
+        (f"line{item.line}", _heatmaps(plt, item, names, forced)) for item in maps
+    ]
     history = run_dir / "train.json"
     if history.is_file():
         entries = json.loads(history.read_text(encoding="utf-8")).get("history", [])
         points = [(e["update"], e["dev_monotonicity"]) for e in entries if "dev_monotonicity" in e]
         if points:
-            figure, axis = plt.subplots(figsize=(5, 3))
-            for name in points[0][1]["mechanisms"]:
-                axis.plot(
-                    [u for u, _ in points],
-                    [m["mechanisms"][name]["mono"] for _, m in points],
-                    label=name,
-                )
-            axis.set_xlabel("update")
-            axis.set_ylabel(f"dev %mono (δ={points[0][1]['delta']:g})")
-            axis.legend(fontsize=6)
-            figure.tight_layout()
-            figure.savefig(directory / "monotonicity.png", dpi=120)
-            plt.close(figure)
-    return True
+            figures.append(("monotonicity", _curve(plt, points)))
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, figure in figures:
+        path = directory / f"{stem}.{fmt}"
+        with atomic_binary(path) as handle:
+            figure.savefig(handle, format=fmt, dpi=200, metadata=_metadata(fmt))
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def _metadata(fmt: str) -> dict[str, Any]:
+    """No creation date in PDF and SVG files, so that the same plot gives the same bytes."""
+    return {"CreationDate": None} if fmt == "pdf" else {"Date": None} if fmt == "svg" else {}

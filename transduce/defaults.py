@@ -33,3 +33,6 @@ DATA_ROOT_ENV = "TRANSDUCE_DATA"
 DATA_ROOT = "../shared/data"
 
 MONOTONICITY_DELTAS = (0.0, 0.5, 1.0)  # the margins analyze-monotonicity reports
+
+# the file formats of `analyze-monotonicity --plot` (matplotlib writes each)
+PLOT_FORMATS = ("png", "pdf", "svg")

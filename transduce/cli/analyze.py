@@ -15,7 +15,7 @@ from rich.table import Table
 from transduce import defaults
 from transduce.cli import ui
 from transduce.cli.app import app
-from transduce.cli.common import Verbosity
+from transduce.cli.common import Verbosity, choices
 from transduce.errors import TransduceError
 from transduce.outputs import check_outputs
 from transduce.reporting import to_json, write_json
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 DELTAS = defaults.MONOTONICITY_DELTAS
 SHADES = " .:-=+*#%@"  # the terminal heatmap, weight 0 .. 1
+PlotFormat = choices("PlotFormat", defaults.PLOT_FORMATS)
+DEFAULT_FORMAT = PlotFormat("png")
 
 
 def _lines(text: str | None, count: int) -> list[int]:
@@ -72,8 +74,8 @@ def analyze_command(
     plot: Annotated[
         Path | None,
         typer.Option(
-            help="Write attention heatmaps of --lines (one panel per head) and the "
-            "monotonicity-over-training curve (from a run's train.json) as PNGs here "
+            help="Write attention heatmaps of --lines (a row per layer, a panel per head) "
+            "and the monotonicity-over-training curve (from a run's train.json) here "
             "(needs matplotlib; without it, terminal heatmaps).",
             show_default=False,
         ),
@@ -81,6 +83,9 @@ def analyze_command(
     lines: Annotated[
         str | None, typer.Option(help="Lines to plot, e.g. 1,5,9 (default: 1).", show_default=False)
     ] = None,
+    format_: Annotated[
+        PlotFormat, typer.Option("--format", help="File format of --plot.", case_sensitive=False)
+    ] = DEFAULT_FORMAT,
     verbosity: Verbosity = None,
 ) -> None:
     """How monotone a model's attention is: %mono and L_mono per head at delta 0, 0.5, 1
@@ -113,11 +118,12 @@ def analyze_command(
     if plot is not None:
         maps = attention_maps(transducer, pairs, chosen, forced)
         names = expect(transducer.model, Seq2SeqModel).attention_names
-        if write_plots(maps, names, plot, Path(path).parent):
-            ui.info(f"plots: {plot}")
+        written = write_plots(maps, names, plot, Path(path).parent, forced, format_.value)
+        if written:
+            ui.info(f"plots: {', '.join(str(p) for p in written)}")
             return
         ui.warn(
-            "--plot: PNGs need matplotlib (pip install 'transduce[plot]' or pip install "
+            "--plot: plots need matplotlib (pip install 'transduce[plot]' or pip install "
             "matplotlib); terminal heatmaps instead"
         )
         for item in maps:
