@@ -180,6 +180,60 @@ def test_ctrl_c_finishes_the_update_writes_last_pt_and_train_json_and_resumes(
     assert same_weights(run / "last.pt", whole / "last.pt")
 
 
+def _started(run: Path, process: subprocess.Popen) -> None:
+    """Wait until the run has written last.pt (its first validation is done)."""
+    for _ in range(3000):
+        if (run / "last.pt").exists():
+            return
+        assert process.poll() is None, process.stderr.read() if process.stderr else ""
+        time.sleep(0.05)
+    pytest.fail("no last.pt in 150 s")
+
+
+def test_ctrl_c_from_outside_stops_a_running_train_cleanly(toy, tmp_path: Path):
+    """A person's Ctrl-C: SIGINT from another process at any moment of a long run."""
+    config = write_recipe(
+        tmp_path / "recipe.yaml", toy, max_updates=10**6, validate_every=5, max_epochs=10**6
+    )
+    run = tmp_path / "run"
+    process = train(config, run, wait=False)
+    try:
+        _started(run, process)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and f"transduce train --out {run} --resume" in stderr
+    report = json.loads((run / "train.json").read_text(encoding="utf-8"))
+    assert report["stop"] == "interrupted" and report["updates"] >= 5
+    assert checkpoint.load(run / "last.pt")["training"]["progress"]["update"] == report["updates"]
+    resumed = train(config, run, "--resume", "--set", f"train.max_updates={report['updates'] + 2}")
+    assert resumed.returncode == 0, resumed.stderr
+
+
+def test_a_second_ctrl_c_stops_at_once_and_spoils_nothing(toy, tmp_path: Path):
+    config = write_recipe(
+        tmp_path / "recipe.yaml", toy, max_updates=10**6, validate_every=5, max_epochs=10**6
+    )
+    run = tmp_path / "run"
+    process = train(config, run, wait=False)
+    try:
+        _started(run, process)
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.01)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert checkpoint.load(run / "last.pt")["training"]["progress"]["update"] >= 5  # intact
+    assert not [p.name for p in run.iterdir() if ".transduce-" in p.name]  # no temporaries
+
+
 def test_resume_repairs_a_stale_best_pt_and_says_so(reference, tmp_path: Path):
     """The issue's case: last.pt records its own update as the best, best.pt holds an
     older one (a validation cut between the two writes): resumed, the test scores come from
