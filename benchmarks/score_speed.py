@@ -1,4 +1,5 @@
-"""Scoring speed: 1,000,000 G2P-like lines with wer, per and mfs (target: the whole command under 3 s median on 2 cores).
+"""Scoring speed: 1,000,000 G2P-like lines with wer, per and mfs (target: the whole
+command under 3 s median on 2 cores).
 
 Builds the lines from the embedded CMUdict (pronunciations without stress, repeated to the
 requested count); every third hypothesis has one phone substituted and every fifth one

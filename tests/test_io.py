@@ -38,3 +38,23 @@ def test_invalid_bytes_after_a_byte_order_mark_are_located():
         decode_lines(data, "f")
     lines, bad = decode_lines(data, "f", keep_bad=True)
     assert lines == ["abc\tx", None] and bad[0].line == 2
+
+
+def test_a_ctrl_c_during_an_atomic_write_is_handled_once_the_file_is_in_place(tmp_path: Path):
+    import os
+    import signal
+
+    from transduce.io import atomic_binary
+
+    target = tmp_path / "out.bin"
+    reached = []
+    with pytest.raises(KeyboardInterrupt), atomic_binary(target) as handle:
+        handle.write(b"first half ")
+        os.kill(os.getpid(), signal.SIGINT)  # Python's handler: KeyboardInterrupt
+        for _ in range(1000):  # the handler would run here, between bytecodes
+            pass
+        handle.write(b"second half")
+        reached.append(True)
+    assert reached and target.read_bytes() == b"first half second half"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]  # no temporary left
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored

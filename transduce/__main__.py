@@ -1,5 +1,5 @@
 """`python -m transduce` runs the command-line interface."""
 
-from transduce.cli import app
+from transduce.cli import main
 
-app(prog_name="transduce")
+main()

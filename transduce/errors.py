@@ -112,3 +112,19 @@ def out_of_memory(error: BaseException, what: str, hint: str) -> OutOfMemory | N
     asked = f" (asked for {size_text(size)})" if size else ""
     where = f" {what}" if what else ""
     return OutOfMemory(f"out of memory{where}{asked}: {hint}")
+
+
+def interrupted(error: BaseException) -> bool:
+    """Whether `error` is a Ctrl-C, or an error raised while one was being handled (a
+    library's clean-up that failed because a KeyboardInterrupt cut its work short, such as
+    torch.save's zip writer)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
+    return False

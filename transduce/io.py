@@ -18,6 +18,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,8 +278,38 @@ def atomic_binary(path: Path) -> Iterator[BinaryIO]:
 
     The data goes to a temporary file beside `path` (mode as the umask allows, not the
     private mode of `mkstemp`), is flushed to disk, then renamed into place; on an error
-    the temporary file is removed and `path` is untouched.
+    the temporary file is removed and `path` is untouched. A Ctrl-C meanwhile is handled
+    when the file is in place (`deferred_interrupts`), so it never leaves a temporary file
+    behind or cuts a library's writer short.
     """
+    with deferred_interrupts():
+        yield from _atomic_binary(path)
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) back until the block ends, then handle it as it would have
+    been (the handler in place before: the trainer's, or Python's KeyboardInterrupt).
+    Only in the main thread, where Python runs signal handlers, and only when that handler
+    is Python's to replace."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(signal.SIGINT, None)
+            elif previous == signal.SIG_DFL:
+                signal.raise_signal(signal.SIGINT)
+
+
+def _atomic_binary(path: Path) -> Iterator[BinaryIO]:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_MARK}", suffix=".tmp", dir=path.parent)
     except OSError as error:

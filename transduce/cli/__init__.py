@@ -8,7 +8,20 @@ real bugs only.
 
 from __future__ import annotations
 
+import signal
+
 from transduce.cli import analyze, decode, prepare, recipes, score, train  # noqa: F401  (register)
 from transduce.cli.app import EXIT_USER_ERROR, app
 
-__all__ = ["EXIT_USER_ERROR", "app"]
+
+def main() -> None:
+    """The `transduce` program: the app, and then, while the interpreter shuts down (the
+    command's work done and its files written), a Ctrl-C ends the process at once, as
+    SIGINT does by default, instead of a traceback from a clean-up function."""
+    try:
+        app(prog_name="transduce")
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+__all__ = ["EXIT_USER_ERROR", "app", "main"]

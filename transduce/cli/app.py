@@ -17,10 +17,11 @@ from typer.core import TyperGroup
 
 from transduce.cli import ui
 from transduce.cli.common import Verbosity
-from transduce.errors import TransduceError, out_of_memory
+from transduce.errors import TransduceError, interrupted, out_of_memory
 from transduce.version import __version__
 
 EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
 
 
 def _usage_error(error: Exception) -> typer.Exit:
@@ -49,6 +50,15 @@ class _Group(TyperGroup):
             raise _usage_error(error) from None
 
     def invoke(self, ctx: Any) -> Any:
+        try:
+            return self._invoke(ctx)
+        except (KeyboardInterrupt, Exception) as error:
+            if not interrupted(error) or isinstance(error, typer.Exit):
+                raise
+            _settle_stdout()  # Ctrl-C: exit as a shell reports SIGINT, no traceback
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+    def _invoke(self, ctx: Any) -> Any:
         try:
             result = super().invoke(ctx)
             _flush_stdout()

@@ -11,12 +11,10 @@ from rich.table import Table
 
 from transduce import config as configuration
 from transduce.cli import ui
-from transduce.cli.app import app
+from transduce.cli.app import EXIT_INTERRUPTED, app
 from transduce.cli.common import Verbosity, choices, complete_recipe, complete_setting
-from transduce.errors import ConfigError
+from transduce.errors import ConfigError, interrupted
 from transduce.progress import ConsoleReporter
-
-EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
 
 Device = choices("Device", ("cpu", "cuda", "auto"))
 
@@ -114,6 +112,16 @@ def train_command(
         ui.stderr.print(
             f"interrupted after update {stopped.update}; last.pt and train.json are written. "
             f"Continue with: transduce train --out {shlex.quote(str(run_dir))} --resume",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except (KeyboardInterrupt, RuntimeError) as error:  # a second Ctrl-C: at once
+        if not interrupted(error):
+            raise
+        ui.stderr.print(
+            "stopped at once; last.pt holds the last validation's state. Continue with: "
+            f"transduce train --out {shlex.quote(str(run_dir))} --resume",
             markup=False,
             highlight=False,
         )
