@@ -8,11 +8,11 @@ From Python: `transduce.load(RUN_DIR or CHECKPOINT)` gives a `Transducer`, whose
 
 from __future__ import annotations
 
+from os import PathLike
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from os import PathLike
 
     from transduce.inference import Transducer
     from transduce.metrics.base import Score
@@ -21,12 +21,20 @@ from transduce import defaults
 from transduce.version import __version__ as __version__
 
 
-def load(path: str | PathLike[str], device: str = "cpu", bf16: bool | None = None) -> Transducer:
+def load(
+    path: str | PathLike[str] | Sequence[str | PathLike[str]],
+    device: str = "cpu",
+    bf16: bool | None = None,
+    ensemble_mean: str = "probability",
+) -> Transducer:
     """The trained model of a run directory (its best.pt) or of a checkpoint file, ready
-    to transduce (torch is imported here, not by `import transduce`)."""
+    to transduce; a list of them decodes as an ensemble (`transduce.ensemble`). torch is
+    imported here, not by `import transduce`."""
     from transduce.inference import Transducer
 
-    return Transducer.from_checkpoint(path, device, bf16)
+    if isinstance(path, (str, PathLike)):
+        return Transducer.from_checkpoint(path, device, bf16)
+    return Transducer.ensemble(list(path), device, bf16, ensemble_mean)
 
 
 def score(

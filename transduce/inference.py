@@ -63,6 +63,7 @@ class Transducer:
         self.unknown = 0  # input symbols not in the vocabulary, so far
         self._raw_sample: list[tuple[int, str]] = []  # the first lines of raw input
         self._raw_decided = False  # whether they were seen to be raw text
+        self.members: list[str | None] = [payload.get("path")]  # the checkpoints decoded
 
     @classmethod
     def from_checkpoint(
@@ -98,6 +99,47 @@ class Transducer:
                 f"{payload.get('path')}: does not fit this version of transduce ({error})"
             ) from None
         return cls(model.to(resolved).eval(), payload, task, warning)
+
+    @classmethod
+    def ensemble(
+        cls,
+        payloads: Sequence[dict[str, Any] | str | PathLike[str]],
+        device: str = "cpu",
+        bf16: bool | None = None,
+        mean: str = "probability",
+    ) -> Transducer:
+        """Several trained models decoded as one (`transduce.ensemble.Ensemble`): each a
+        loaded checkpoint or a path, all of one vocabulary and one tokenization (trained on
+        the same prepared data). Decoding runs in the first model's precision unless `bf16`
+        says otherwise. One model gives that model itself."""
+        from transduce.ensemble import Ensemble
+        from transduce.models import Seq2SeqModel
+
+        members = [cls.from_checkpoint(p, device, bf16) for p in payloads]
+        if len(members) == 1:
+            return members[0]
+        first = members[0]
+        for member in members:
+            name = member.payload.get("path", "a checkpoint")
+            if not isinstance(member.model, Seq2SeqModel):
+                raise ConfigError(
+                    f"{name}: a {member.model.name} model; an ensemble is of "
+                    "sequence-to-sequence models"
+                )
+            for key, what in (("vocab", "vocabularies"), ("sides", "tokenization")):
+                if member.payload.get(key) != first.payload.get(key):
+                    raise ConfigError(
+                        f"{name}: its {what} differ from those of {first.payload.get('path')}; "
+                        "an ensemble needs models trained on the same prepared data"
+                    )
+            if member.payload.get("subwords") != first.payload.get("subwords"):
+                raise ConfigError(
+                    f"{name}: its BPE model differs from that of {first.payload.get('path')}"
+                )
+        model = Ensemble([m.model for m in members], mean)  # type: ignore[misc]
+        ensemble = cls(model.eval(), first.payload, first.task, first.precision_warning)
+        ensemble.members = [m.payload.get("path") for m in members]
+        return ensemble
 
     def autocast(self) -> Any:
         """The precision context decoding runs in."""

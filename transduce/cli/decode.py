@@ -1,9 +1,15 @@
-"""`transduce decode RUN_DIR|CHECKPOINT [INPUT|-]`: predictions on stdout, a line per line."""
+"""`transduce decode RUN_DIR|CHECKPOINT... [INPUT|-]`: predictions on stdout, a line per line.
+
+Several models decode as an ensemble (`transduce.ensemble`). The last argument is the
+input unless it is a model too (a directory, or a checkpoint file: a zip archive, as
+torch.save writes them); with no input, standard input is read.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,24 +20,48 @@ from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
 from transduce.errors import ConfigError
-from transduce.io import display, line_batches
+from transduce.io import STDIN, display, line_batches
 from transduce.outputs import check_outputs
 from transduce.reporting import versions, write_json
 
 InputFormat = choices("InputFormat", ("raw", "tsv"))
 Device = choices("DecodeDevice", ("cpu", "cuda", "auto"))
-RAW, CPU = InputFormat("raw"), Device("cpu")
+EnsembleMean = choices("EnsembleMean", ("probability", "log-probability"))
+RAW, CPU, PROBABILITY = InputFormat("raw"), Device("cpu"), EnsembleMean("probability")
+
+
+def is_model(path: str) -> bool:
+    """A run directory or a checkpoint file (torch.save writes a zip archive)."""
+    if path == STDIN:
+        return False
+    candidate = Path(path)
+    if candidate.is_dir():
+        return True
+    try:
+        with open(candidate, "rb") as handle:
+            return handle.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
+
+
+def split_paths(paths: list[str]) -> tuple[list[str], str]:
+    """(models, input) of the positional arguments."""
+    if len(paths) > 1 and not is_model(paths[-1]):
+        return paths[:-1], paths[-1]
+    return paths, STDIN
 
 
 @app.command(name="decode")
 def decode_command(
-    model: Annotated[
-        str,
+    paths: Annotated[
+        list[str],
         typer.Argument(
-            help="A run directory (its best.pt) or a checkpoint file.", show_default=False
+            metavar="MODEL... [INPUT]",
+            help="Run directories (their best.pt) or checkpoint files (several: an "
+            "ensemble), then the input lines ('-' or none: stdin).",
+            show_default=False,
         ),
     ],
-    input: Annotated[str, typer.Argument(help="Input lines ('-': stdin).")] = "-",
     input_format: Annotated[
         InputFormat,
         typer.Option(
@@ -40,6 +70,16 @@ def decode_command(
         ),
     ] = RAW,
     beam: Annotated[int, typer.Option(help="Beam size (1: greedy).")] = 1,
+    ensemble_mean: Annotated[
+        EnsembleMean,
+        typer.Option(
+            help="An ensemble's next-symbol distribution: the mean of its models' "
+            "probabilities, or of their log-probabilities (renormalized): probability or "
+            "log-probability.",
+            case_sensitive=False,
+            metavar="MEAN",
+        ),
+    ] = PROBABILITY,
     length_penalty: Annotated[
         float,
         typer.Option(help="Rank hypotheses by score / |Y|^ALPHA (|Y| counts the end of sequence)."),
@@ -83,13 +123,14 @@ def decode_command(
     )
     if max_line_length < 1:
         raise ConfigError(f"--max-line-length: must be at least 1, not {max_line_length}")
-    check_outputs([report], [model, input])
+    models, input = split_paths(paths)
+    check_outputs([report], [*models, input])
     from transduce import checkpoint
     from transduce.inference import Transducer
 
-    payload = checkpoint.load(model)
-    check_outputs([report], [payload["path"]])
-    transducer = Transducer.from_checkpoint(payload, device.value, bf16)
+    payloads = [checkpoint.load(model) for model in models]
+    check_outputs([report], [p["path"] for p in payloads])
+    transducer = Transducer.ensemble(payloads, device.value, bf16, ensemble_mean.value)
     if transducer.precision_warning:
         ui.warn(transducer.precision_warning)
     out = sys.stdout
@@ -121,7 +162,8 @@ def decode_command(
             report,
             {
                 "schema": "transduce.decode/1",
-                "checkpoint": payload["path"],
+                "checkpoint": transducer.members[0],
+                "ensemble": transducer.members if len(transducer.members) > 1 else None,
                 "input": input,
                 "options": {
                     "input_format": input_format.value,
@@ -130,6 +172,7 @@ def decode_command(
                     "nbest": options.nbest,
                     "batch_size": options.batch_size,
                     "max_output_length": options.max_output_length,
+                    "ensemble_mean": ensemble_mean.value if len(models) > 1 else None,
                     "device": str(transducer.device),
                     "bf16": transducer.bf16,
                 },
