@@ -240,6 +240,27 @@ def test_a_second_ctrl_c_stops_at_once_and_spoils_nothing(toy, tmp_path: Path, g
     assert not [p.name for p in run.iterdir() if ".transduce-" in p.name]  # no temporaries
 
 
+@pytest.mark.parametrize(
+    "point", ["before-rename:update-00000006.pt", "before-rename:index.json@2", "after-best@3"]
+)
+def test_kept_checkpoints_survive_a_kill(reference, toy, tmp_path: Path, point: str):
+    """Killed while writing a kept checkpoint or its index: resumed, the run ends as the
+    uninterrupted one, keeps the checkpoints it should, and leaves no temporary file."""
+    _, whole = reference
+    config = write_recipe(tmp_path / "recipe.yaml", toy, keep_best=1, keep_last=1)
+    run = tmp_path / "run"
+    assert train(config, run, fault=point).returncode == -9
+    resumed = train(config, run, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert outcome(run) == outcome(whole)
+    kept = run / checkpoint.KEPT
+    best = json.loads((run / "train.json").read_text(encoding="utf-8"))["best"]["update"]
+    assert {e["update"] for e in checkpoint.read_index(run)} == {best, UPDATES}
+    assert sorted(p.name for p in kept.iterdir()) == sorted(
+        [checkpoint.INDEX, *{checkpoint.kept_name(u) for u in (best, UPDATES)}]
+    )
+
+
 def test_resume_repairs_a_stale_best_pt_and_says_so(reference, tmp_path: Path):
     """The issue's case: last.pt records its own update as the best, best.pt holds an
     older one (a validation cut between the two writes): resumed, the test scores come from

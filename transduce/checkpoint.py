@@ -16,6 +16,7 @@ tensors, so that loading it runs no pickled code:
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from transduce.errors import CheckpointError, TransduceError
-from transduce.io import atomic_binary, fault_point, remove, stale_temporaries
+from transduce.io import atomic_binary, atomic_write_text, fault_point, remove, stale_temporaries
 
 FORMAT = "transduce.checkpoint/1"
 BEST, LAST = "best.pt", "last.pt"
@@ -107,8 +108,12 @@ class Checkpointer:
     best weights are gone, and is refused.
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(
+        self, run_dir: Path, keep_best: int = 0, keep_last: int = 0, lower_is_better: bool = True
+    ) -> None:
         self.run_dir = run_dir
+        self.keep_best, self.keep_last = keep_best, keep_last
+        self.lower_is_better = lower_is_better
 
     def resume_state(self) -> dict[str, Any]:
         """The last checkpoint, which must hold a training state."""
@@ -125,7 +130,10 @@ class Checkpointer:
     def stale_temporaries(self) -> list[Path]:
         """Temporary files that a killed write left behind (call with the run's lock)."""
         names = (LAST, BEST, "config.yaml", "train.json", "test.predictions", "data")
-        return stale_temporaries(self.run_dir, names)
+        found = stale_temporaries(self.run_dir, names)
+        if (self.run_dir / KEPT).is_dir():  # the folder is ours: any of our temporaries
+            found += stale_temporaries(self.run_dir / KEPT)
+        return found
 
     def check(self, state: dict[str, Any]) -> list[str]:
         """Bring `best.pt` in line with `state` (last.pt's) or refuse: what was repaired.
@@ -161,12 +169,40 @@ class Checkpointer:
             "start the run again in a new --out"
         )
 
-    def save(self, payload: dict[str, Any], improved: bool) -> None:
+    def save(self, payload: dict[str, Any], improved: bool, score: float | None = None) -> None:
+        """After a validation (`score`: its dev score): the kept checkpoints, if any, then
+        last.pt, then best.pt if it `improved`. Between validations (a Ctrl-C): last.pt."""
+        if score is not None and (self.keep_best or self.keep_last):
+            self._keep(payload, score)
         save(self.run_dir / LAST, payload)
         fault_point("after-last")
         if improved:
             save(self.run_dir / BEST, payload)
         fault_point("after-best")
+
+    def _keep(self, payload: dict[str, Any], score: float) -> None:
+        """Write `checkpoints/update-N.pt` (the weights, without the optimizer state), add
+        it to `checkpoints/index.json`, and remove the checkpoints that are neither among
+        the `keep_best` best nor the `keep_last` last. Written before last.pt: a run killed
+        in between redoes this validation on resume and writes the same files again."""
+        folder = self.run_dir / KEPT
+        folder.mkdir(exist_ok=True)
+        update = _updates(payload)[0]
+        assert update is not None
+        progress = (payload.get("training") or {}).get("progress") or {}
+        slim = {k: v for k, v in payload.items() if k not in ("training", "format", "path")}
+        save(folder / kept_name(update), {**slim, "training": {"progress": progress}})
+        entries = [e for e in read_index(self.run_dir) if e["update"] != update]
+        entries.append({"update": update, "score": score, "file": kept_name(update)})
+        kept = chosen(entries, "best", self.keep_best, self.lower_is_better)
+        kept += chosen(entries, "last", self.keep_last, self.lower_is_better)
+        entries = sorted({e["update"]: e for e in kept}.values(), key=lambda e: e["update"])
+        index = {"select": "lower" if self.lower_is_better else "higher", "kept": entries}
+        atomic_write_text(folder / INDEX, json.dumps(index, indent=1) + "\n")
+        names = {e["file"] for e in entries}
+        for path in folder.glob("update-*.pt"):
+            if path.name not in names:
+                remove(path)
 
     def load_best(self, update: int | None = None) -> dict[str, Any]:
         """best.pt, which must hold `update` when one is given."""
@@ -177,6 +213,42 @@ class Checkpointer:
                 f"{update}; resume the run (--resume) to repair it"
             )
         return state
+
+
+KEPT, INDEX = "checkpoints", "index.json"
+
+
+def kept_name(update: int) -> str:
+    return f"update-{update:08d}.pt"
+
+
+def read_index(run_dir: Path) -> list[dict[str, Any]]:
+    """The kept checkpoints of a run ([] if none): {"update", "score", "file"} each."""
+    path = run_dir / KEPT / INDEX
+    if not path.is_file():
+        return []
+    try:
+        return list(json.loads(path.read_text(encoding="utf-8"))["kept"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"{path}: unreadable ({error})") from None
+
+
+def index_direction(run_dir: Path) -> bool:
+    """Whether lower dev scores are better in a run's kept checkpoints."""
+    path = run_dir / KEPT / INDEX
+    return json.loads(path.read_text(encoding="utf-8")).get("select", "lower") == "lower"
+
+
+def chosen(
+    entries: list[dict[str, Any]], by: str, count: int, lower_is_better: bool
+) -> list[dict[str, Any]]:
+    """The `count` best entries by score (ties: the later update), or the `count` last."""
+    if count <= 0:
+        return []
+    if by == "last":
+        return sorted(entries, key=lambda e: e["update"])[-count:]
+    sign = 1 if lower_is_better else -1
+    return sorted(entries, key=lambda e: (sign * e["score"], -e["update"]))[:count]
 
 
 def clean(paths: list[Path]) -> list[str]:

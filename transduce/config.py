@@ -234,6 +234,10 @@ class TrainConfig:
     dev_batch_size: int = 256
     dev_subset: int | None = None  # validate on this many distinct dev sources (seeded)
     test: bool = True  # decode and score the test split with the best checkpoint at the end
+    # also keep the checkpoints of the K best validations (by select_on) and of the K last
+    # in RUN_DIR/checkpoints/, for `transduce average` (0: only best.pt and last.pt)
+    keep_best: int = 0
+    keep_last: int = 0
 
     def check(self) -> list[str]:
         from transduce.metrics import METRICS
@@ -242,6 +246,7 @@ class TrainConfig:
             self, 1, "max_epochs", "max_updates", "batch_size", "validate_every", "patience",
             "threads", "dev_batch_size", "dev_subset",
         )  # fmt: skip
+        problems += _at_least(self, 0, "keep_best", "keep_last")
         problems += [
             f"{n}: must be positive"
             for n in ("max_minutes", "clip_norm")

@@ -176,10 +176,12 @@ class Trainer:
             task = kind(config, where, bf16)
         self.task = task
         self.device, self.bf16 = task.device, task.bf16  # batches and model on one device
-        self.checkpoints = Checkpointer(self.run_dir)
+        self.lower_is_better = not get_metric(config.train.select_on).higher_is_better
+        self.checkpoints = Checkpointer(
+            self.run_dir, config.train.keep_best, config.train.keep_last, self.lower_is_better
+        )
         self.notes: list[str] = []  # what setup has to say, said once the run is sure to start
         self._resumed_at: int | None = None  # the update a resumed session started at
-        self.lower_is_better = not get_metric(config.train.select_on).higher_is_better
 
     def batches(self, data: TaskData, epoch: int) -> list[list[int]]:
         """The batches of epoch `epoch` (0-based): the same order when a run is resumed."""
@@ -486,7 +488,8 @@ class Trainer:
         by_loss = t.schedule.monitor == "loss"
         schedule.after_validation(dev_loss if by_loss else score, self.lower_is_better or by_loss)
         fault_point("validation")
-        self.checkpoints.save(self.payload(model, optimizer, schedule, data, progress), improved)
+        payload = self.payload(model, optimizer, schedule, data, progress)
+        self.checkpoints.save(payload, improved, score)
         self.reporter.validation(entry, improved)
 
     def payload(

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import signal
 
-from transduce.cli import analyze, decode, prepare, recipes, score, train  # noqa: F401  (register)
+from transduce.cli import (  # noqa: F401  (register)
+    analyze,
+    average,
+    decode,
+    prepare,
+    recipes,
+    score,
+    train,
+)
 from transduce.cli.app import EXIT_USER_ERROR, app
 
 

@@ -1,0 +1,131 @@
+"""Kept checkpoints (`train.keep_best`, `train.keep_last`) and `transduce average`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from transduce import checkpoint
+from transduce.averaging import average, average_weights
+from transduce.cli import app
+from transduce.errors import CheckpointError
+
+from .toy import TINY_LSTM, recipe, write_task
+
+
+def test_averaging_the_same_weights_gives_them_back_and_two_give_their_mean():
+    torch.manual_seed(0)
+    state = {"w": torch.randn(3, 4), "b": torch.randn(4).half(), "steps": torch.tensor([7])}
+    again = average_weights([state, state, state], ["a", "a", "a"])
+    assert all(torch.equal(again[k], state[k]) and again[k].dtype == state[k].dtype for k in state)
+    other = {"w": state["w"] + 2.0, "b": state["b"], "steps": torch.tensor([7])}
+    mean = average_weights([state, other], ["a", "b"])
+    assert torch.allclose(mean["w"], state["w"] + 1.0)
+    with pytest.raises(CheckpointError, match="steps differs"):
+        average_weights([state, {**other, "steps": torch.tensor([8])}], ["a", "b"])
+    with pytest.raises(CheckpointError, match="has shape"):
+        average_weights([state, {**other, "w": torch.zeros(4, 3)}], ["a", "b"])
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory) -> Path:
+    """A toy run of 8 validations that keeps its 2 best and 2 last checkpoints."""
+    root = tmp_path_factory.mktemp("kept")
+    prepared = write_task(root, "reverse", n=150)
+    settings = recipe(
+        prepared, TINY_LSTM, max_updates=40, validate_every=5, keep_best=2, keep_last=2
+    )
+    config = root / "recipe.yaml"
+    config.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    run = root / "run"
+    result = CliRunner().invoke(
+        app, ["train", "-q", "--config", str(config), "--out", str(run), "--no-test"]
+    )
+    assert result.exit_code == 0, result.output
+    return run
+
+
+def _history(run: Path) -> list[tuple[int, float]]:
+    report = json.loads((run / "train.json").read_text(encoding="utf-8"))
+    return [(h["update"], h["dev_scores"]["acc"]) for h in report["history"]]
+
+
+def test_a_run_keeps_its_best_and_last_checkpoints(kept: Path):
+    history = _history(kept)
+    assert [u for u, _ in history] == [5, 10, 15, 20, 25, 30, 35, 40]
+    best = sorted(history, key=lambda e: (-e[1], -e[0]))[:2]  # acc: higher is better
+    wanted = {u for u, _ in best} | {35, 40}
+    index = checkpoint.read_index(kept)
+    assert {e["update"] for e in index} == wanted
+    files = sorted(p.name for p in (kept / checkpoint.KEPT).glob("*.pt"))
+    assert files == sorted(checkpoint.kept_name(u) for u in wanted)
+    for entry in index:
+        payload = checkpoint.load(kept / checkpoint.KEPT / entry["file"])
+        assert payload["training"]["progress"]["update"] == entry["update"]
+        assert "optimizer" not in payload["training"]  # weights only: half the size
+        assert dict(history)[entry["update"]] == entry["score"]
+
+
+def test_average_the_best_or_the_last(run, kept: Path, tmp_path: Path):
+    history = _history(kept)
+    best = sorted(u for u, _ in sorted(history, key=lambda e: (-e[1], -e[0]))[:2])
+    out = tmp_path / "best2.pt"
+    result = run("average", kept, "--best", "2", "--out", out)
+    assert result.exit_code == 0, result.output
+    averaged = checkpoint.load(out)
+    assert averaged["averaged"]["updates"] == best and "training" not in averaged
+    members = [checkpoint.load(kept / checkpoint.KEPT / checkpoint.kept_name(u)) for u in best]
+    for key, value in averaged["model"].items():
+        expected = (members[0]["model"][key].double() + members[1]["model"][key].double()) / 2
+        assert torch.allclose(value.double(), expected, atol=1e-6), key
+    decoded = run("decode", out, input="abc\ncab\n")
+    assert decoded.exit_code == 0 and len(decoded.stdout.splitlines()) == 2
+    last = run("average", kept, "--last", "2", "--out", tmp_path / "last2.pt")
+    assert last.exit_code == 0, last.output
+    assert checkpoint.load(tmp_path / "last2.pt")["averaged"]["updates"] == [35, 40]
+    # files given directly: the same checkpoint three times is that checkpoint
+    one = kept / checkpoint.KEPT / checkpoint.kept_name(40)
+    same = run("average", one, one, one, "--out", tmp_path / "same.pt")
+    assert same.exit_code == 0, same.output
+    a, b = checkpoint.load(one)["model"], checkpoint.load(tmp_path / "same.pt")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--best", "5"], "--best 5: "),
+        (["--best", "1", "--last", "1"], "give one of them"),
+        ([], "say which checkpoints"),
+        (["--best", "0"], "must be at least 1"),
+    ],
+)
+def test_average_refuses_in_one_line(run, kept: Path, tmp_path: Path, args, message):
+    result = run("average", kept, *args, "--out", tmp_path / "x.pt")
+    assert result.exit_code == 2 and message in result.output
+    if args[:2] == ["--best", "5"]:
+        assert f"keeps {len(checkpoint.read_index(kept))} checkpoints" in result.output
+    assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_average_refuses_other_models_and_an_existing_out(run, kept: Path, tmp_path: Path):
+    unkept = tmp_path / "unkept"
+    unkept.mkdir()
+    result = run("average", unkept, "--best", "2", "--out", tmp_path / "x.pt")
+    assert result.exit_code == 2 and "no kept checkpoints" in result.output
+    one = kept / checkpoint.KEPT / checkpoint.kept_name(40)
+    other = checkpoint.load(one)
+    other["vocab"] = {**other["vocab"], "target": [*other["vocab"]["target"], "Z"]}
+    checkpoint.save(tmp_path / "other.pt", {k: v for k, v in other.items() if k != "path"})
+    with pytest.raises(CheckpointError, match="vocabularies differ"):
+        average([one, tmp_path / "other.pt"])
+    (tmp_path / "taken.pt").write_bytes(b"mine")
+    result = run("average", one, one, "--out", tmp_path / "taken.pt")
+    assert result.exit_code == 2 and "exists" in result.output
+    assert (tmp_path / "taken.pt").read_bytes() == b"mine"
