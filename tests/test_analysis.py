@@ -114,7 +114,7 @@ def test_plots_or_terminal_heatmaps(run, trained, tmp_path: Path):
     assert result.exit_code == 2 and "'jpg' is not one of" in result.output
 
 
-def test_a_panel_per_head_a_row_per_layer(trained, tmp_path: Path):
+def test_a_panel_per_head_a_row_per_layer():
     pytest.importorskip("matplotlib")
     import matplotlib
 

@@ -38,8 +38,9 @@ def kept(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("kept")
     prepared = write_task(root, "reverse", n=150)
     settings = recipe(
-        prepared, TINY_LSTM, max_updates=40, validate_every=5, keep_best=2, keep_last=2
-    )
+        prepared, TINY_LSTM, max_updates=40, validate_every=5, keep_best=2, keep_last=2,
+        select_on="lev",
+    )  # fmt: skip
     config = root / "recipe.yaml"
     config.write_text(yaml.safe_dump(settings), encoding="utf-8")
     run = root / "run"
@@ -52,14 +53,22 @@ def kept(tmp_path_factory) -> Path:
 
 def _history(run: Path) -> list[tuple[int, float]]:
     report = json.loads((run / "train.json").read_text(encoding="utf-8"))
-    return [(h["update"], h["dev_scores"]["acc"]) for h in report["history"]]
+    return [(h["update"], h["dev_scores"]["lev"]) for h in report["history"]]
+
+
+def _best(history: list[tuple[int, float]], count: int) -> list[int]:
+    """The `count` best updates by dev lev (lower is better; ties: the earlier update, as
+    best.pt keeps it), computed here from train.json."""
+    return sorted(u for u, _ in sorted(history, key=lambda e: (e[1], e[0]))[:count])
 
 
 def test_a_run_keeps_its_best_and_last_checkpoints(kept: Path):
     history = _history(kept)
     assert [u for u, _ in history] == [5, 10, 15, 20, 25, 30, 35, 40]
-    best = sorted(history, key=lambda e: (-e[1], -e[0]))[:2]  # acc: higher is better
-    wanted = {u for u, _ in best} | {35, 40}
+    assert len({score for _, score in history}) > 2  # the scores differ: the choice is real
+    best = _best(history, 2)
+    assert set(best) != {35, 40}  # the best are not simply the last ones
+    wanted = set(best) | {35, 40}
     index = checkpoint.read_index(kept)
     assert {e["update"] for e in index} == wanted
     files = sorted(p.name for p in (kept / checkpoint.KEPT).glob("*.pt"))
@@ -73,7 +82,7 @@ def test_a_run_keeps_its_best_and_last_checkpoints(kept: Path):
 
 def test_average_the_best_or_the_last(run, kept: Path, tmp_path: Path):
     history = _history(kept)
-    best = sorted(u for u, _ in sorted(history, key=lambda e: (-e[1], -e[0]))[:2])
+    best = _best(history, 2)
     out = tmp_path / "best2.pt"
     result = run("average", kept, "--best", "2", "--out", out)
     assert result.exit_code == 0, result.output
@@ -100,6 +109,7 @@ def test_average_the_best_or_the_last(run, kept: Path, tmp_path: Path):
     ("args", "message"),
     [
         (["--best", "5"], "--best 5: "),
+        (["--last", "3"], "keeps its 2 last checkpoints"),
         (["--best", "1", "--last", "1"], "give one of them"),
         ([], "say which checkpoints"),
         (["--best", "0"], "must be at least 1"),
@@ -109,7 +119,7 @@ def test_average_refuses_in_one_line(run, kept: Path, tmp_path: Path, args, mess
     result = run("average", kept, *args, "--out", tmp_path / "x.pt")
     assert result.exit_code == 2 and message in result.output
     if args[:2] == ["--best", "5"]:
-        assert f"keeps {len(checkpoint.read_index(kept))} checkpoints" in result.output
+        assert "keeps its 2 best checkpoints (train.keep_best: 2)" in result.output
     assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1
     assert not (tmp_path / "x.pt").exists()
 

@@ -236,7 +236,7 @@ def test_subprocess_help_and_module():
 
 
 @pytest.mark.parametrize(
-    "command", ["train", "decode", "prepare", "analyze-monotonicity", "score", "recipes"]
+    "command", ["train", "decode", "prepare", "analyze-monotonicity", "score", "recipes", "average"]
 )
 def test_help_fits_80_columns(command: str):
     """At 80 columns the help text keeps a column of at least 20 characters (`score --help`

@@ -261,6 +261,23 @@ def test_kept_checkpoints_survive_a_kill(reference, toy, tmp_path: Path, point: 
     )
 
 
+def test_a_ctrl_c_while_last_pt_is_written_waits_for_the_write(reference, tmp_path: Path):
+    """SIGINT arrives inside the atomic write of last.pt (after torch.save, before the
+    rename): the write completes, then the Ctrl-C is handled as usual."""
+    config, whole = reference
+    run = tmp_path / "run"
+    stopped = train(config, run, fault="before-rename:last.pt@2:INT")
+    assert stopped.returncode == 130, stderr if (stderr := stopped.stderr) else ""
+    assert "Traceback" not in stopped.stderr
+    assert not [p.name for p in run.iterdir() if ".transduce-" in p.name]
+    report = json.loads((run / "train.json").read_text(encoding="utf-8"))
+    assert report["stop"] == "interrupted"
+    assert checkpoint.load(run / "last.pt")["training"]["progress"]["update"] == report["updates"]
+    resumed = train(config, run, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert outcome(run) == outcome(whole)
+
+
 def test_resume_repairs_a_stale_best_pt_and_says_so(reference, tmp_path: Path):
     """The issue's case: last.pt records its own update as the best, best.pt holds an
     older one (a validation cut between the two writes): resumed, the test scores come from

@@ -191,6 +191,20 @@ def test_a_prepared_split_with_variants_is_merged_by_default(tmp_path: Path, dat
     assert report["lines"] == len(sources) and not report["options"]["merge_variants"]
 
 
+def test_a_tagging_split_is_not_merged_by_default(tmp_path: Path, data: Path):
+    """A tagger's test set counts each sentence, repeated ones too (as training scores it)."""
+    sentence = "1\tHi\thi\tINTJ\t_\t_\t0\troot\t_\t_\n2\t.\t.\tPUNCT\t_\t_\t1\tpunct\t_\t_\n"
+    test = tmp_path / "test.conllu"
+    test.write_text((sentence + "\n") * 3, encoding="utf-8")
+    inputs = {"train": [data / "ewt_sample.conllu"], "test": [test]}
+    prepare(PrepareRequest("conllu", tmp_path / "p", inputs=inputs, dev_ratio=0.2))
+    split = tmp_path / "p" / "test.tsv"
+    hyp = write(tmp_path / "hyp", "INTJ PUNCT\nINTJ PUNCT\nNOUN PUNCT\n")
+    report, _, _ = score_request(ScoreRequest(hyp, [str(split)], ["tagacc"], ref_col=2))
+    assert report["lines"] == 3 and report["options"]["merge_variants"] is False
+    assert value(report, "tagacc") == pytest.approx(500 / 6)
+
+
 def test_merge_variants_with_references_on_stdin(tmp_path: Path, monkeypatch):
     import io
     import sys

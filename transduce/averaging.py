@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from transduce import checkpoint
-from transduce.errors import CheckpointError, ConfigError, plural
+from transduce.errors import CheckpointError, ConfigError
 
 
 def average_weights(states: Sequence[dict[str, Tensor]], names: Sequence[str]) -> dict[str, Tensor]:
@@ -52,48 +52,41 @@ def average_weights(states: Sequence[dict[str, Tensor]], names: Sequence[str]) -
 
 
 def kept_checkpoints(run_dir: Path, by: str, count: int) -> list[Path]:
-    """The `count` best (`by` "best") or last (`by` "last") kept checkpoints of a run."""
-    entries = checkpoint.read_index(run_dir)
-    if not entries:
+    """The `count` best (`by` "best") or last (`by` "last") checkpoints of a run, among
+    those it keeps (`train.keep_best`, `train.keep_last`): at most that many."""
+    index = checkpoint.read_kept(run_dir)
+    if not index.get("kept"):
         raise ConfigError(
             f"{run_dir}: no kept checkpoints (train with train.keep_best or train.keep_last "
             "to keep them); or give the checkpoint files"
         )
     if count < 1:
         raise ConfigError(f"--{by}: must be at least 1, not {count}")
-    if count > len(entries):
+    limit = int(index.get(f"keep_{by}", 0))
+    if count > limit:
         raise ConfigError(
-            f"--{by} {count}: {run_dir} keeps {plural(len(entries), 'checkpoint')} "
-            f"(updates {', '.join(str(e['update']) for e in entries)})"
+            f"--{by} {count}: {run_dir} keeps its {limit} {by} checkpoints "
+            f"(train.keep_{by}: {limit})"
         )
-    lower = checkpoint.index_direction(run_dir)
-    picked = checkpoint.chosen(entries, by, count, lower)
-    return [
-        run_dir / checkpoint.KEPT / e["file"] for e in sorted(picked, key=lambda e: e["update"])
-    ]
+    lower = index.get("select", "lower") == "lower"
+    picked = checkpoint.chosen(index["kept"], by, count, lower)
+    picked.sort(key=lambda e: e["update"])
+    return [run_dir / checkpoint.KEPT / e["file"] for e in picked]
 
 
 def average(paths: Sequence[str | Path]) -> dict[str, Any]:
     """The averaged checkpoint of `paths` (files, or run directories for their best.pt)."""
     payloads = [checkpoint.load(path) for path in paths]
     names = [p["path"] for p in payloads]
-    first = payloads[0]
-    for payload in payloads[1:]:
-        for key, what in (("model_name", "model family"), ("vocab", "vocabularies")):
-            if payload[key] != first[key]:
-                raise CheckpointError(f"{payload['path']}: its {what} differ from {names[0]}'s")
-        if payload["config"].get("model") != first["config"].get("model"):
-            raise CheckpointError(f"{payload['path']}: its model options differ from {names[0]}'s")
+    fields = {"model_name": "model family", "config.model": "model options"}
+    fields.update(checkpoint.DECODING_FIELDS)
+    checkpoint.check_compatible(payloads, fields, "averaging needs checkpoints of one model")
     weights = average_weights([p["model"] for p in payloads], names)
-    newest = max(payloads, key=lambda p: _update(p) or -1)
+    newest = max(payloads, key=lambda p: checkpoint.update_of(p) or -1)
     result = {k: v for k, v in newest.items() if k not in ("training", "format", "path", "model")}
     result["model"] = weights
     result["averaged"] = {
         "checkpoints": names,
-        "updates": [_update(p) for p in payloads],
+        "updates": [checkpoint.update_of(p) for p in payloads],
     }
     return result
-
-
-def _update(payload: dict[str, Any]) -> int | None:
-    return ((payload.get("training") or {}).get("progress") or {}).get("update")

@@ -86,15 +86,49 @@ def upgrade(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
+def progress_of(payload: dict[str, Any]) -> dict[str, Any]:
+    """The training progress a checkpoint records ({} if none)."""
+    return (payload.get("training") or {}).get("progress") or {}
+
+
 def _updates(payload: dict[str, Any]) -> tuple[int | None, int | None]:
     """(the update a checkpoint was written at, the best update it records)."""
-    progress = (payload.get("training") or {}).get("progress") or {}
+    progress = progress_of(payload)
     return progress.get("update"), progress.get("best_update")
+
+
+def update_of(payload: dict[str, Any]) -> int | None:
+    """The update a checkpoint was written at (None: not a training checkpoint)."""
+    return _updates(payload)[0]
 
 
 def _run_id(payload: dict[str, Any]) -> str | None:
     """The id of the run that wrote a checkpoint (None before transduce 0.3.1)."""
-    return ((payload.get("training") or {}).get("progress") or {}).get("run_id")
+    return progress_of(payload).get("run_id")
+
+
+def _field(payload: dict[str, Any], key: str) -> Any:
+    value: Any = payload
+    for part in key.split("."):
+        value = (value or {}).get(part) if isinstance(value, dict) else None
+    return value
+
+
+def check_compatible(payloads: list[dict[str, Any]], fields: dict[str, str], why: str) -> None:
+    """Raise a `CheckpointError` naming the first checkpoint whose `fields` (dotted keys,
+    with what they are called) differ from the first one's."""
+    first = payloads[0]
+    for payload in payloads[1:]:
+        for key, what in fields.items():
+            if _field(payload, key) != _field(first, key):
+                raise CheckpointError(
+                    f"{payload.get('path')}: its {what} differ from those of "
+                    f"{first.get('path')}; {why}"
+                )
+
+
+# what decoding reads besides the weights: one tokenization and one pair of vocabularies
+DECODING_FIELDS = {"vocab": "vocabularies", "sides": "tokenization", "subwords": "BPE models"}
 
 
 class Checkpointer:
@@ -170,37 +204,61 @@ class Checkpointer:
         )
 
     def save(self, payload: dict[str, Any], improved: bool, score: float | None = None) -> None:
-        """After a validation (`score`: its dev score): the kept checkpoints, if any, then
-        last.pt, then best.pt if it `improved`. Between validations (a Ctrl-C): last.pt."""
-        if score is not None and (self.keep_best or self.keep_last):
+        """After a validation (`score`: its dev score): the kept checkpoint, if any, then
+        last.pt, then best.pt if it `improved`, then the pruning of the kept ones.
+        Between validations (a Ctrl-C): last.pt only."""
+        keeping = score is not None and bool(self.keep_best or self.keep_last)
+        if keeping:
+            assert score is not None
             self._keep(payload, score)
         save(self.run_dir / LAST, payload)
         fault_point("after-last")
         if improved:
             save(self.run_dir / BEST, payload)
         fault_point("after-best")
+        if keeping:
+            self._prune()
+
+    def _index(self, entries: list[dict[str, Any]], run_id: str | None) -> None:
+        index = {
+            "run_id": run_id,
+            "select": "lower" if self.lower_is_better else "higher",
+            "keep_best": self.keep_best,
+            "keep_last": self.keep_last,
+            "kept": sorted(entries, key=lambda e: e["update"]),
+        }
+        atomic_write_text(self.run_dir / KEPT / INDEX, json.dumps(index, indent=1) + "\n")
 
     def _keep(self, payload: dict[str, Any], score: float) -> None:
-        """Write `checkpoints/update-N.pt` (the weights, without the optimizer state), add
-        it to `checkpoints/index.json`, and remove the checkpoints that are neither among
-        the `keep_best` best nor the `keep_last` last. Written before last.pt: a run killed
-        in between redoes this validation on resume and writes the same files again."""
+        """Write `checkpoints/update-N.pt` (the weights, without the optimizer state) and
+        add it to `checkpoints/index.json`. Written before last.pt: a run killed in between
+        redoes this validation on resume and writes it again. Entries of another run (a
+        fresh run in the same directory) and of later updates (a redo that went elsewhere)
+        are dropped."""
         folder = self.run_dir / KEPT
         folder.mkdir(exist_ok=True)
-        update = _updates(payload)[0]
+        update = update_of(payload)
         assert update is not None
-        progress = (payload.get("training") or {}).get("progress") or {}
+        progress = progress_of(payload)
         slim = {k: v for k, v in payload.items() if k not in ("training", "format", "path")}
         save(folder / kept_name(update), {**slim, "training": {"progress": progress}})
-        entries = [e for e in read_index(self.run_dir) if e["update"] != update]
+        index = read_kept(self.run_dir)
+        same_run = index.get("run_id") == progress.get("run_id")
+        entries = [e for e in index.get("kept", []) if same_run and e["update"] < update]
         entries.append({"update": update, "score": score, "file": kept_name(update)})
+        self._index(entries, progress.get("run_id"))
+
+    def _prune(self) -> None:
+        """Keep the `keep_best` best and `keep_last` last in the index, and only their
+        files (once last.pt and best.pt are written)."""
+        index = read_kept(self.run_dir)
+        entries = index.get("kept", [])
         kept = chosen(entries, "best", self.keep_best, self.lower_is_better)
         kept += chosen(entries, "last", self.keep_last, self.lower_is_better)
-        entries = sorted({e["update"]: e for e in kept}.values(), key=lambda e: e["update"])
-        index = {"select": "lower" if self.lower_is_better else "higher", "kept": entries}
-        atomic_write_text(folder / INDEX, json.dumps(index, indent=1) + "\n")
-        names = {e["file"] for e in entries}
-        for path in folder.glob("update-*.pt"):
+        unique = list({e["update"]: e for e in kept}.values())
+        self._index(unique, index.get("run_id"))
+        names = {e["file"] for e in unique}
+        for path in (self.run_dir / KEPT).glob("update-*.pt"):
             if path.name not in names:
                 remove(path)
 
@@ -222,33 +280,37 @@ def kept_name(update: int) -> str:
     return f"update-{update:08d}.pt"
 
 
-def read_index(run_dir: Path) -> list[dict[str, Any]]:
-    """The kept checkpoints of a run ([] if none): {"update", "score", "file"} each."""
+def read_kept(run_dir: Path) -> dict[str, Any]:
+    """A run's `checkpoints/index.json` ({} if none): `kept` ({"update", "score", "file"}
+    each), `select` (lower or higher is better), `keep_best`, `keep_last`, `run_id`."""
     path = run_dir / KEPT / INDEX
     if not path.is_file():
-        return []
+        return {}
     try:
-        return list(json.loads(path.read_text(encoding="utf-8"))["kept"])
-    except (ValueError, KeyError, TypeError) as error:
+        index = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(index, dict) or not isinstance(index["kept"], list):
+            raise TypeError("not an index of kept checkpoints")
+        return index
+    except (OSError, ValueError, KeyError, TypeError) as error:
         raise CheckpointError(f"{path}: unreadable ({error})") from None
 
 
-def index_direction(run_dir: Path) -> bool:
-    """Whether lower dev scores are better in a run's kept checkpoints."""
-    path = run_dir / KEPT / INDEX
-    return json.loads(path.read_text(encoding="utf-8")).get("select", "lower") == "lower"
+def read_index(run_dir: Path) -> list[dict[str, Any]]:
+    """The kept checkpoints of a run ([] if none): {"update", "score", "file"} each."""
+    return list(read_kept(run_dir).get("kept", []))
 
 
 def chosen(
     entries: list[dict[str, Any]], by: str, count: int, lower_is_better: bool
 ) -> list[dict[str, Any]]:
-    """The `count` best entries by score (ties: the later update), or the `count` last."""
+    """The `count` best entries by score (ties: the earlier update, as best.pt keeps the
+    first of equal scores), or the `count` last."""
     if count <= 0:
         return []
     if by == "last":
         return sorted(entries, key=lambda e: e["update"])[-count:]
     sign = 1 if lower_is_better else -1
-    return sorted(entries, key=lambda e: (sign * e["score"], -e["update"]))[:count]
+    return sorted(entries, key=lambda e: (sign * e["score"], e["update"]))[:count]
 
 
 def clean(paths: list[Path]) -> list[str]:

@@ -36,3 +36,6 @@ MONOTONICITY_DELTAS = (0.0, 0.5, 1.0)  # the margins analyze-monotonicity report
 
 # the file formats of `analyze-monotonicity --plot` (matplotlib writes each)
 PLOT_FORMATS = ("png", "pdf", "svg")
+
+# how an ensemble combines its models' next-symbol distributions (`transduce.ensemble`)
+ENSEMBLE_MEANS = ("probability", "log-probability")

@@ -28,11 +28,12 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
+from transduce import defaults
 from transduce.data.batching import Batch
 from transduce.errors import ConfigError
 from transduce.models.base import ModelConfig, Seq2SeqModel, Seq2SeqOutput, State, Step
 
-MEANS = ("probability", "log-probability")
+MEANS = defaults.ENSEMBLE_MEANS
 
 
 def combine(log_probs: Sequence[Tensor], mean: str = "probability") -> Tensor:

@@ -112,30 +112,27 @@ class Transducer:
         loaded checkpoint or a path, all of one vocabulary and one tokenization (trained on
         the same prepared data). Decoding runs in the first model's precision unless `bf16`
         says otherwise. One model gives that model itself."""
+        from transduce import checkpoint
         from transduce.ensemble import Ensemble
         from transduce.models import Seq2SeqModel
 
+        if not payloads:
+            raise ConfigError("an ensemble needs at least one model")
         members = [cls.from_checkpoint(p, device, bf16) for p in payloads]
         if len(members) == 1:
             return members[0]
         first = members[0]
         for member in members:
-            name = member.payload.get("path", "a checkpoint")
             if not isinstance(member.model, Seq2SeqModel):
                 raise ConfigError(
-                    f"{name}: a {member.model.name} model; an ensemble is of "
-                    "sequence-to-sequence models"
+                    f"{member.payload.get('path')}: a {member.model.name} model; an ensemble is "
+                    "of sequence-to-sequence models"
                 )
-            for key, what in (("vocab", "vocabularies"), ("sides", "tokenization")):
-                if member.payload.get(key) != first.payload.get(key):
-                    raise ConfigError(
-                        f"{name}: its {what} differ from those of {first.payload.get('path')}; "
-                        "an ensemble needs models trained on the same prepared data"
-                    )
-            if member.payload.get("subwords") != first.payload.get("subwords"):
-                raise ConfigError(
-                    f"{name}: its BPE model differs from that of {first.payload.get('path')}"
-                )
+        checkpoint.check_compatible(
+            [m.payload for m in members],
+            checkpoint.DECODING_FIELDS,
+            "an ensemble needs models trained on the same prepared data",
+        )
         model = Ensemble([m.model for m in members], mean)  # type: ignore[misc]
         ensemble = cls(model.eval(), first.payload, first.task, first.precision_warning)
         ensemble.members = [m.payload.get("path") for m in members]

@@ -302,11 +302,11 @@ def deferred_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-        if caught:
-            if callable(previous):
+        if caught and previous == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)
+        elif callable(previous):
+            for _ in caught[:2]:  # a second press still means "stop at once"
                 previous(signal.SIGINT, None)
-            elif previous == signal.SIG_DFL:
-                signal.raise_signal(signal.SIGINT)
 
 
 def _atomic_binary(path: Path) -> Iterator[BinaryIO]:

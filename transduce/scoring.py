@@ -249,8 +249,9 @@ def load_corpus(request: ScoreRequest) -> Loaded:
         keys = read_column(
             request.refs[0], request.source_col, "--source-col", request.encoding, files
         ).lines
+        tagging = "tag" in (refs[0].side or {})  # a tagger's test: each sentence counts
         merged = request.merge_variants is True or (
-            request.merge_variants is None and len(set(keys)) < len(keys)
+            request.merge_variants is None and not tagging and len(set(keys)) < len(keys)
         )
         if merged:
             hyp_lines, alternatives, numbers, disagree = _merge_variants(
@@ -449,7 +450,7 @@ def score_lines(
         "", [], list(metrics), unit, metric_options=options or {}, bootstrap=bootstrap, seed=seed
     )
     chosen = make_metrics(request)
-    corpus = Corpus(hypotheses, references, unit, parallel=True)
+    corpus = Corpus(hypotheses, references, unit)  # no worker processes in a library call
     return {m.label: m.score(corpus, bootstrap=bootstrap, seed=seed) for m in chosen}
 
 

@@ -25,7 +25,8 @@ from transduce.cli.app import EXIT_USER_ERROR, app
 def main() -> None:
     """The `transduce` program: the app, and then, while the interpreter shuts down (the
     command's work done and its files written), a Ctrl-C ends the process at once, as
-    SIGINT does by default, instead of a traceback from a clean-up function."""
+    SIGINT does by default, instead of a traceback from a clean-up function. For the
+    console script and `python -m transduce` only; in-process callers (tests) use `app`."""
     try:
         app(prog_name="transduce")
     finally:

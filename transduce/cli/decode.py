@@ -26,7 +26,7 @@ from transduce.reporting import versions, write_json
 
 InputFormat = choices("InputFormat", ("raw", "tsv"))
 Device = choices("DecodeDevice", ("cpu", "cuda", "auto"))
-EnsembleMean = choices("EnsembleMean", ("probability", "log-probability"))
+EnsembleMean = choices("EnsembleMean", defaults.ENSEMBLE_MEANS)
 RAW, CPU, PROBABILITY = InputFormat("raw"), Device("cpu"), EnsembleMean("probability")
 
 
@@ -37,6 +37,8 @@ def is_model(path: str) -> bool:
     candidate = Path(path)
     if candidate.is_dir():
         return True
+    if not candidate.is_file():  # a pipe or a terminal: reading would consume its input
+        return False
     try:
         with open(candidate, "rb") as handle:
             return handle.read(4) == b"PK\x03\x04"

@@ -109,24 +109,25 @@ def train_command(
         trainer.notes[:0] = notes
         report = trainer.run()
     except Interrupted as stopped:
-        ui.stderr.print(
-            f"interrupted after update {stopped.update}; last.pt and train.json are written. "
-            f"Continue with: transduce train --out {shlex.quote(str(run_dir))} --resume",
-            markup=False,
-            highlight=False,
+        _stopped(
+            f"interrupted after update {stopped.update}; last.pt and train.json are written",
+            run_dir,
         )
-        raise typer.Exit(EXIT_INTERRUPTED) from None
     except (KeyboardInterrupt, RuntimeError) as error:  # a second Ctrl-C: at once
         if not interrupted(error):
             raise
-        ui.stderr.print(
-            "stopped at once; last.pt holds the last validation's state. Continue with: "
-            f"transduce train --out {shlex.quote(str(run_dir))} --resume",
-            markup=False,
-            highlight=False,
-        )
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        _stopped("stopped at once", run_dir)
     _summary(report, run_dir)
+
+
+def _stopped(what: str, run_dir: Path) -> None:
+    """Say how a Ctrl-C left the run, and how to go on; exit 130."""
+    if (run_dir / "last.pt").is_file():
+        how = f"continue with: transduce train --out {shlex.quote(str(run_dir))} --resume"
+    else:
+        how = "no validation was reached, so there is nothing to resume: start it again"
+    ui.stderr.print(f"{what}; {how}", markup=False, highlight=False)
+    raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 def _fresh_run_dir(name: str) -> Path:
