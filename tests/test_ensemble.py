@@ -211,3 +211,22 @@ def test_decode_an_ensemble_from_the_command_line(run, runs, tmp_path: Path):
     assert mismatched.exit_code == 2
     lines = [line for line in mismatched.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "an ensemble needs models trained on the same" in lines[0]
+
+
+def test_a_pipe_as_input_is_read_whole(runs, tmp_path: Path):
+    """Telling a model from the input reads only regular files: a pipe keeps its bytes."""
+    import subprocess
+
+    from .conftest import transduce_env
+
+    (a, _, _), _ = runs
+    command = f"printf 'abc\\nbca\\n' | transduce decode {a} /dev/stdin"
+    piped = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, env=transduce_env()
+    )
+    direct = subprocess.run(
+        ["bash", "-c", f"printf 'abc\\nbca\\n' | transduce decode {a} -"],
+        capture_output=True, text=True, env=transduce_env(),
+    )  # fmt: skip
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout == direct.stdout and len(piped.stdout.splitlines()) == 2
