@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.table import Table
@@ -120,7 +120,7 @@ def train_command(
     _summary(report, run_dir)
 
 
-def _stopped(what: str, run_dir: Path) -> None:
+def _stopped(what: str, run_dir: Path) -> NoReturn:
     """Say how a Ctrl-C left the run, and how to go on; exit 130."""
     if (run_dir / "last.pt").is_file():
         how = f"continue with: transduce train --out {shlex.quote(str(run_dir))} --resume"
