@@ -290,6 +290,8 @@ def test_long_sentences_are_tagged_in_pieces(run, tmp_path: Path, toy: Path):
     assert result.exit_code == 0, result.output
     result = run("decode", out, "-", input="the cat sees the dog the cow\n")
     assert result.exit_code == 0 and len(result.stdout.split()) == 7
+    ensemble = run("decode", out, out / "best.pt", "-", input="the cat\n")  # taggers: no
+    assert ensemble.exit_code == 2 and "an ensemble is of sequence-to-sequence" in ensemble.output
     torch.manual_seed(0)
     config = SanTaggerConfig(**{**{k: v for k, v in TINY.items() if k != "name"}, "max_length": 3})
     model = build_model("san_tagger", config, 10, 9, chars=7)
