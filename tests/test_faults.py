@@ -190,8 +190,9 @@ def _started(run: Path, process: subprocess.Popen) -> None:
     pytest.fail("no last.pt in 150 s")
 
 
-def test_ctrl_c_from_outside_stops_a_running_train_cleanly(toy, tmp_path: Path):
-    """A person's Ctrl-C: SIGINT from another process at any moment of a long run."""
+def _interrupted(toy: Path, tmp_path: Path, gaps: list[float]):
+    """A long run, sent SIGINT once its first validation is done, and again after each
+    of `gaps` seconds: (recipe, run directory, the ended process, its stderr)."""
     config = write_recipe(
         tmp_path / "recipe.yaml", toy, max_updates=10**6, validate_every=5, max_epochs=10**6
     )
@@ -200,10 +201,19 @@ def test_ctrl_c_from_outside_stops_a_running_train_cleanly(toy, tmp_path: Path):
     try:
         _started(run, process)
         process.send_signal(signal.SIGINT)
+        for gap in gaps:
+            time.sleep(gap)
+            process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=120)
     finally:
         process.kill()
         process.wait()
+    return config, run, process, stderr
+
+
+def test_ctrl_c_from_outside_stops_a_running_train_cleanly(toy, tmp_path: Path):
+    """A person's Ctrl-C: SIGINT from another process at any moment of a long run."""
+    config, run, process, stderr = _interrupted(toy, tmp_path, gaps=[])
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr and f"transduce train --out {run} --resume" in stderr
     report = json.loads((run / "train.json").read_text(encoding="utf-8"))
@@ -218,20 +228,7 @@ def test_a_second_ctrl_c_stops_at_once_and_spoils_nothing(toy, tmp_path: Path, g
     """Wherever the second Ctrl-C falls (an update, a checkpoint half-written by
     torch.save, the report): exit 130 with the resume command, no traceback, last.pt
     intact and no temporary file left."""
-    config = write_recipe(
-        tmp_path / "recipe.yaml", toy, max_updates=10**6, validate_every=5, max_epochs=10**6
-    )
-    run = tmp_path / "run"
-    process = train(config, run, wait=False)
-    try:
-        _started(run, process)
-        process.send_signal(signal.SIGINT)
-        time.sleep(gap)
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=120)
-    finally:
-        process.kill()
-        process.wait()
+    _, run, process, stderr = _interrupted(toy, tmp_path, gaps=[gap])
     # 130, or (a Ctrl-C after the first one's clean exit began) ended by SIGINT itself,
     # which a shell reports as 130 too
     assert process.returncode in (130, -signal.SIGINT), stderr

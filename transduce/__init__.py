@@ -15,9 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from transduce.inference import Transducer
-    from transduce.metrics.base import Score
 
-from transduce import defaults
 from transduce.version import __version__ as __version__
 
 
@@ -37,23 +35,11 @@ def load(
     return Transducer.ensemble(list(path), device, bf16, ensemble_mean)
 
 
-def score(
-    hypotheses: Sequence[str],
-    references: Sequence[str | Sequence[str]],
-    metrics: Sequence[str] = defaults.METRICS,
-    unit: str = defaults.UNIT,
-    options: dict[str, dict[str, Any]] | None = None,
-    bootstrap: int = 0,
-    seed: int = defaults.BOOTSTRAP_SEED,
-) -> dict[str, Score]:
-    """Score hypotheses against references (a string per line, or per line a list of
-    alternatives) as `transduce score` does; see `transduce.scoring.score_lines`."""
-    from transduce.scoring import score_lines
-
-    return score_lines(hypotheses, references, metrics, unit, options, bootstrap, seed)
-
-
 def __getattr__(name: str) -> Any:
+    if name == "score":  # `transduce.scoring.score_lines`, imported when first asked for
+        from transduce.scoring import score_lines
+
+        return score_lines
     if name == "Transducer":
         from transduce.inference import Transducer
 
