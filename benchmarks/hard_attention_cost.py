@@ -52,7 +52,11 @@ def child(prepared: str, model: str, batch_size: int, bf16: bool) -> dict:
     data = {
         "data": {"prepared": prepared},
         "model": {**MODELS[model], **LSTM_SIZES},
-        "train": {"batch_size": batch_size, "bf16": bf16, "threads": 2},
+        "train": {
+            "batch_size": batch_size,
+            "precision": "bf16" if bf16 else "fp32",
+            "threads": 2,
+        },
     }
     rate, seconds, parameters = timed_updates(data, UPDATES.get(batch_size, 10))
     return {

@@ -125,7 +125,11 @@ def ours(prepared: str, row: str) -> float:
             "name": family,
             **configuration.to_dict(lstm_config() if family == "lstm" else transformer_config()),
         },
-        "train": {"batch_size": batch_size, "bf16": bf16, "threads": 2},
+        "train": {
+            "batch_size": batch_size,
+            "precision": "bf16" if bf16 else "fp32",
+            "threads": 2,
+        },
     }
     return timed_updates(data, updates)[0]
 

@@ -14,6 +14,11 @@ from transduce.cli import app
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).parent.parent
 
+# `train.precision: auto` trains in bfloat16 on CPUs with native bfloat16 and in float32
+# elsewhere; the tests train as on a CPU without it (in this process and its children),
+# so that they run the same on every machine. Tests of `auto` set it themselves.
+os.environ["TRANSDUCE_NATIVE_BF16"] = "0"
+
 
 def transduce_env() -> dict[str, str]:
     """The environment for real subprocesses: this Python's scripts first on PATH."""

@@ -134,7 +134,7 @@ def test_checkpoints_and_report(tasks, tmp_path: Path):
     payload = torch.load(run / "best.pt", weights_only=True)  # plain containers only
     assert payload["format"] == "transduce.checkpoint/1" and payload["model_name"] == "lstm"
     assert payload["vocab"]["source"][:5] == ["<pad>", "<s>", "</s>", "<unk>", "<sep>"]
-    assert set(payload["training"]) == {"optimizer", "schedule", "rng", "progress"}
+    assert set(payload["training"]) == {"optimizer", "schedule", "scaler", "rng", "progress"}
     assert report["updates"] == 30 and len(report["history"]) == 3
     entry = report["history"][0]
     assert set(entry) == {
@@ -245,16 +245,3 @@ def test_min_count_leaves_rare_symbols_to_unk(tmp_path: Path):
     loaded = trainer.task.load_data(trainer.task.prepared_dir(trainer.run_dir))
     assert "z" not in loaded.source_vocab and "Z" not in loaded.target_vocab
     assert "b" in loaded.source_vocab and "B" in loaded.target_vocab
-
-
-def test_bf16_falls_back_to_float32_where_the_cpu_cannot_run_it(tasks, tmp_path, monkeypatch):
-    """On an AVX2-only CPU oneDNN has no bfloat16 LSTM: the run goes on in float32, says
-    so, and train.json records what was used (simulated here on any CPU)."""
-    from transduce import precision
-
-    monkeypatch.setattr(precision, "bf16_works", lambda device_type: False)
-    used, warning = precision.use_bf16(True, torch.device("cpu"))
-    assert not used and "running in float32" in warning
-    assert precision.use_bf16(False, torch.device("cpu")) == (False, None)
-    report = train(tmp_path / "run", recipe(tasks["copy"], TINY_LSTM, max_updates=2, bf16=True))
-    assert report["bf16"] is False and report["updates"] == 2

@@ -78,11 +78,15 @@ def _version(payload: dict[str, Any]) -> tuple[int, ...]:
 
 def upgrade(payload: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint of an older transduce, its config in today's terms (the same model):
-    before 0.3, `attention.type: local_m` had the Gaussian that is now `local_m_gaussian`."""
+    before 0.3, `attention.type: local_m` had the Gaussian that is now `local_m_gaussian`;
+    before 0.4, `train.bf16` was what `train.precision` is (true: bf16, false: fp32)."""
     attention = (payload.get("config") or {}).get("model", {}).get("attention")
     old = _version(payload) < (0, 3) and isinstance(attention, dict)
     if old and attention.get("type") == "local_m":
         attention["type"] = "local_m_gaussian"
+    train = (payload.get("config") or {}).get("train")
+    if isinstance(train, dict) and "bf16" in train:
+        train["precision"] = "bf16" if train.pop("bf16") else "fp32"
     return payload
 
 

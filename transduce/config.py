@@ -228,9 +228,15 @@ class TrainConfig:
     validate_every: int | None = None  # updates; None: once per epoch
     select_on: str = "per"
     patience: int | None = 10  # validations without improvement before stopping
-    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    device: Literal["cpu", "cuda", "auto"] = "auto"  # auto: CUDA when there is one
     threads: int | None = None  # CPU threads; None: PyTorch's default
-    bf16: bool = False  # bfloat16 autocast (CUDA, or CPU where it keeps accuracy)
+    # fp32, bf16 or fp16 autocast (fp16 with a gradient scaler, CUDA only); auto: bf16 on a
+    # GPU that has it, else fp16, bf16 on a CPU with native bfloat16, else fp32
+    # (transduce.precision)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    # each update's batch is split into this many micro-batches, run one after another
+    # (the same update in less memory: losses are weighted by their share of the tokens)
+    accumulate: int = 1
     dev_batch_size: int = 256
     dev_subset: int | None = None  # validate on this many distinct dev sources (seeded)
     test: bool = True  # decode and score the test split with the best checkpoint at the end
@@ -244,7 +250,7 @@ class TrainConfig:
 
         problems = _at_least(
             self, 1, "max_epochs", "max_updates", "batch_size", "validate_every", "patience",
-            "threads", "dev_batch_size", "dev_subset",
+            "threads", "dev_batch_size", "dev_subset", "accumulate",
         )  # fmt: skip
         problems += _at_least(self, 0, "keep_best", "keep_last")
         problems += [
@@ -405,6 +411,8 @@ def build(cls: type, data: Any, where: str, errors: list[str]) -> Any:
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f" (did you mean {close[0]}?)" if close else f" (valid: {', '.join(fields)})"
+            if f"{where}.{key}" in RENAMED:
+                hint = f" ({RENAMED[f'{where}.{key}']})"
             errors.append(f"{where}.{key}: unknown key{hint}")
             continue
         count = len(errors)
@@ -446,6 +454,14 @@ def from_flags(cls: type[S], values: dict[str, Any]) -> S:
 
 def _required(f: dataclasses.Field) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+# keys of earlier versions: what replaced them (a checkpoint's own config is upgraded by
+# `transduce.checkpoint.upgrade`)
+RENAMED = {
+    "train.bf16": "replaced by train.precision in transduce 0.4: bf16: true is precision: "
+    "bf16, false is fp32",
+}
 
 
 def to_dict(obj: Any) -> Any:

@@ -11,6 +11,9 @@ from pathlib import Path
 
 _MAX_VALUE_CHARS = 80
 
+EXIT_USER_ERROR = 2  # a user's mistake (TransduceError), as usage errors
+EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
+
 
 class TransduceError(Exception):
     """Base class of every error caused by the user's input rather than by a bug."""

@@ -25,7 +25,7 @@ from transduce.data.formats import inflection_source, split_tags
 from transduce.data.vocab import Vocab
 from transduce.errors import CheckpointError, ConfigError, DataError
 from transduce.models import Model
-from transduce.precision import use_bf16
+from transduce.precision import decoding
 from transduce.special import SPACE
 from transduce.tasks import Task, make_task
 
@@ -46,8 +46,8 @@ class Transducer:
     """A model with its task, vocabularies and data specs (`from_checkpoint` makes one).
 
     `from_checkpoint(payload, device, bf16)`: bf16 decodes under bfloat16 autocast; None:
-    as the model was trained (`train.bf16`). Where the device cannot run bfloat16, float32,
-    and `precision_warning` says so.
+    as the model was trained (bf16 if it trained in bf16, else float32). Where the device
+    cannot run bfloat16, float32, and `precision_warning` says so.
     """
 
     def __init__(
@@ -89,8 +89,8 @@ class Transducer:
         )
         try:
             config = configuration.parse(payload["config"], payload.get("path", "checkpoint"))
-            requested = config.train.bf16 if bf16 is None else bf16
-            used, warning = use_bf16(requested, resolved)
+            trained = payload.get("precision") or config.train.precision
+            used, warning = decoding(trained, bf16, resolved)
             task = make_task(config, resolved, used)
             model = task.build_model(payload["vocab"])
             model.load_state_dict(payload["model"])

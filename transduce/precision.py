@@ -1,20 +1,40 @@
-"""bfloat16 autocast where the device runs it, float32 where it cannot.
+"""The numeric precision of training and decoding: float32, or autocast to bfloat16 or
+float16, where the device runs it.
 
-On the CPU, PyTorch's bfloat16 LSTM is a oneDNN primitive that exists only where oneDNN
-supports bfloat16 on that CPU (measured: yes on the project's Intel machine with AMX and
-its AMD Zen 4 with AVX512-BF16; no on an AVX2-only AMD Zen 3). Where it does not,
-`nn.LSTM` under bfloat16 autocast fails with "could not create a primitive descriptor for
-the LSTM forward propagation primitive". So `train.bf16` and `decode --bf16` are requests:
-`use_bf16` answers whether this device honours them, by running a tiny LSTM once, and
-the caller falls back to float32 with a warning where it does not.
+`train.precision` is one of `PRECISIONS`:
+- `fp32`: float32 everywhere, the same numbers on every machine (the paper recipes and the
+  main job pin it);
+- `bf16`: bfloat16 autocast. On CUDA where the GPU supports it (Ampere and later). On the
+  CPU where oneDNN runs a bfloat16 LSTM: measured yes on the project's Intel machine with
+  AMX and its AMD Zen 4 with AVX512-BF16, no on an AVX2-only AMD Zen 3, where `nn.LSTM`
+  under bfloat16 autocast fails with "could not create a primitive descriptor for the
+  LSTM forward propagation primitive";
+- `fp16`: float16 autocast with a gradient scaler (`torch.amp.GradScaler`), on CUDA only
+  (on the CPU it is slower than float32 and gains nothing);
+- `auto` (the default): bf16 on a GPU that supports it, else fp16 on CUDA; on the CPU
+  bf16 where the CPU has native bfloat16 arithmetic (AVX512-BF16 or AMX: measured faster
+  than float32 on both of the project's machine kinds, e.g. 524 vs 340 examples/s for the
+  LSTM at batch 256 on the AMD one), float32 elsewhere.
+
+`choose` turns a request into what runs, and refuses in one line (`ConfigError`) an
+explicit request the device cannot honour. Decoding follows the training precision where
+the device runs it (`decoding`), falling back to float32 with a warning.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from transduce.errors import ConfigError
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @functools.cache
@@ -31,11 +51,73 @@ def bf16_works(device_type: str) -> bool:
     return True
 
 
-def use_bf16(requested: bool, device: torch.device) -> tuple[bool, str | None]:
-    """Whether to autocast to bfloat16, and a warning when a request cannot be honoured."""
-    if not requested or bf16_works(device.type):
-        return requested, None
-    return False, (
+NATIVE_BF16_ENV = "TRANSDUCE_NATIVE_BF16"  # 0 or 1: what `native_bf16_cpu` answers
+
+
+def native_bf16_cpu(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU does bfloat16 arithmetic in hardware (the `avx512_bf16` or
+    `amx_bf16` flag of Linux's /proc/cpuinfo; False where there is no such file).
+    $TRANSDUCE_NATIVE_BF16 (0 or 1) answers instead: `auto` then trains as on another
+    kind of CPU (the tests set 0, so that they run the same everywhere)."""
+    forced = os.environ.get(NATIVE_BF16_ENV)
+    if forced in ("0", "1"):
+        return forced == "1"
+    return _cpu_flags_have_bf16(cpuinfo)
+
+
+@functools.cache
+def _cpu_flags_have_bf16(cpuinfo: str) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        text = Path(cpuinfo).read_text("ascii", errors="replace")
+    except OSError:
+        return False
+    flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags.split()))
+
+
+def choose(requested: str, device: torch.device, key: str = "train.precision") -> str:
+    """What `requested` (one of `PRECISIONS`) runs as on `device`: fp32, bf16 or fp16.
+
+    Raises:
+        ConfigError: bf16 or fp16 asked for where the device cannot run it (one line
+            naming `key`).
+    """
+    if requested not in PRECISIONS:
+        raise ConfigError(f"{key}: one of {', '.join(PRECISIONS)}, not {requested!r}")
+    cuda = device.type == "cuda"
+    if requested == "auto":
+        if cuda:
+            return "bf16" if bf16_works("cuda") else "fp16"
+        return "bf16" if native_bf16_cpu() and bf16_works("cpu") else "fp32"
+    if requested == "fp16" and not cuda:
+        raise ConfigError(
+            f"{key}: fp16 needs a CUDA device (this run is on the {device.type.upper()}); "
+            "use bf16, fp32 or auto"
+        )
+    if requested == "bf16" and not bf16_works(device.type):
+        why = (
+            "this GPU has no bfloat16"
+            if cuda
+            else "oneDNN has no bfloat16 LSTM on this CPU, as on AVX2-only ones"
+        )
+        raise ConfigError(f"{key}: bf16 cannot run here ({why}); use fp32 or auto")
+    return requested
+
+
+def decoding(trained: str, bf16: bool | None, device: torch.device) -> tuple[str, str | None]:
+    """The precision to decode in, and a warning when a wish cannot be honoured.
+
+    `bf16` None decodes as the model was trained (`trained`, what `choose` gave in
+    training): bf16 where this device runs it, float32 otherwise (fp16 training decodes
+    in float32, which its weights are in)."""
+    wanted = (trained == "bf16") if bf16 is None else bf16
+    if not wanted:
+        return "fp32", None
+    if bf16_works(device.type):
+        return "bf16", None
+    return "fp32", (
         f"bfloat16 was asked for, but this {device.type.upper()} cannot run it"
         + (
             " (oneDNN has no bfloat16 LSTM here, as on AVX2-only CPUs)"
@@ -46,6 +128,13 @@ def use_bf16(requested: bool, device: torch.device) -> tuple[bool, str | None]:
     )
 
 
-def autocast(device: torch.device, enabled: bool) -> Any:
-    """The bfloat16 autocast context on `device` (a no-op context when not `enabled`)."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+def autocast(device: torch.device, precision: str) -> Any:
+    """The autocast context of `precision` on `device` (a no-op context for fp32)."""
+    dtype = DTYPES.get(precision)
+    return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
+
+def scaler(device: torch.device, precision: str) -> torch.amp.GradScaler:
+    """The gradient scaler of a run: scaling float16 losses so that small gradients do not
+    underflow; a pass-through (disabled) in every other precision."""
+    return torch.amp.GradScaler(device.type, enabled=precision == "fp16")

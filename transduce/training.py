@@ -8,6 +8,12 @@ batches, loss, dev evaluation, test output) is its `transduce.tasks.Task`. The l
         every `train.validate_every` updates (or each epoch): validate
     validate once more if the last update was not validated; test with the best checkpoint
 
+An update may be split into micro-batches (`train.accumulate`) and between processes
+(`torchrun`, `transduce.distributed`): each part's loss is weighted by its share of the
+batch's tokens, so the update is the same. The loss is summed on the device and read at
+validation (and, for the progress display, at most every `LOSS_READ_SECONDS`): no update
+waits for the device.
+
 Validation computes the dev loss and decodes the dev set (`Task.evaluate`); the best
 checkpoint is the one with the best `train.select_on` score on that decoded output, not on
 teacher-forced accuracy. `last.pt` (after each validation) resumes a run where it stopped:
@@ -37,11 +43,12 @@ import torch
 from transduce import config as configuration
 from transduce.checkpoint import LAST, Checkpointer, clean
 from transduce.data.batching import plan_batches
+from transduce.distributed import World
 from transduce.errors import CheckpointError, ConfigError, out_of_memory
 from transduce.io import DirectoryLock, atomic_write_text, fault_point, sha256_file
 from transduce.metrics import get_metric
 from transduce.models import Model
-from transduce.precision import use_bf16
+from transduce.precision import choose, scaler
 from transduce.progress import Reporter
 from transduce.reporting import versions, write_json
 from transduce.schedules import Schedule
@@ -50,6 +57,7 @@ from transduce.tasks import Task, TaskData, check_task
 REPORT_SCHEMA = "transduce.train/1"
 LOCK = ".lock"  # held by the process that writes the run directory
 INTERRUPTED = "interrupted"  # Progress.stop of a run stopped by Ctrl-C (SIGINT)
+LOSS_READ_SECONDS = 1.0  # the progress display's loss is read from the device this often
 
 
 class Interrupted(Exception):
@@ -66,16 +74,17 @@ class Interrupts:
     update (and validation, if one is under way); a second one stops at once, as Python
     does. Only in the main thread; elsewhere, Ctrl-C is Python's as usual."""
 
-    def __init__(self) -> None:
-        self.requested = False
+    def __init__(self, announce: bool = True) -> None:
+        self.requested, self.announce = False, announce
         self._previous: Any = None
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        with contextlib.suppress(OSError):
-            os.write(2, b"\nCtrl-C: stopping after this update (again to stop at once)\n")
+        if self.announce:  # not in the training processes of a torchrun other than rank 0
+            with contextlib.suppress(OSError):
+                os.write(2, b"\nCtrl-C: stopping after this update (again to stop at once)\n")
 
     def __enter__(self) -> Interrupts:
         if threading.current_thread() is threading.main_thread():
@@ -143,7 +152,9 @@ def device(name: str) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device: cuda requested, but PyTorch sees no CUDA device")
+        raise ConfigError(
+            "train.device: cuda requested, but this PyTorch sees no CUDA device; use cpu or auto"
+        )
     return torch.device(name)
 
 
@@ -156,6 +167,7 @@ class Trainer:
         resume: Continue from `run_dir/last.pt`.
         reporter: Receives progress (the CLI prints it).
         task: The kind of work (default: the task of the configured model).
+        world: The training processes (default: as `torchrun` describes them, or one).
     """
 
     def __init__(
@@ -165,17 +177,21 @@ class Trainer:
         resume: bool = False,
         reporter: Reporter | None = None,
         task: Task | None = None,
+        world: World | None = None,
     ) -> None:
         self.config, self.run_dir, self.resume = config, Path(run_dir), resume
-        self.reporter = reporter or Reporter()
-        self._bf16_warning: str | None = None
+        self.world = world or World.from_environment()
+        # only rank 0 shows progress (and writes: see `transduce.distributed`)
+        self.reporter = (reporter or Reporter()) if self.world.main else Reporter()
         if task is None:
             kind = check_task(config)  # the task's problems first, then the machine's
-            where = device(config.train.device)
-            bf16, self._bf16_warning = use_bf16(config.train.bf16, where)
-            task = kind(config, where, bf16)
+            where = self.world.device(device(config.train.device))
+            task = kind(config, where, choose(config.train.precision, where))
         self.task = task
-        self.device, self.bf16 = task.device, task.bf16  # batches and model on one device
+        self.device, self.precision = task.device, task.precision  # batches and model: one device
+        self.scaler = scaler(self.device, self.precision)
+        self._pending: list[torch.Tensor] = []  # the losses of the updates not yet read
+        self._shown = (0.0, float("-inf"))  # the display's loss, and when it was read
         self.lower_is_better = not get_metric(config.train.select_on).higher_is_better
         self.checkpoints = Checkpointer(
             self.run_dir, config.train.keep_best, config.train.keep_last, self.lower_is_better
@@ -197,10 +213,10 @@ class Trainer:
         """Data, model (seeded), optimizer, schedule and progress of a new run, or of the
         resumed run whose checkpoint is `state`."""
         c, t = self.config, self.config.train
-        if t.threads:
-            torch.set_num_threads(t.threads)
+        if t.threads:  # the run's threads: split between the processes of a machine
+            torch.set_num_threads(self.world.threads(t.threads))
         keep_large_blocks_out_of_the_heap()
-        directory = self.task.prepared_dir(self.run_dir)
+        directory = self.task.prepared_dir(self.run_dir)  # rank 0 prepares, the others read
         data = self.task.load_data(directory, None if state is None else state["vocab"])
         torch.manual_seed(t.seed)
         try:
@@ -215,7 +231,11 @@ class Trainer:
                 self.notes.append(message)
         model = model.to(self.device)
         self.notes.append(f"model {c.model_name}: {model.parameter_count():,} parameters")
-        for warning in ([self._bf16_warning] if self._bf16_warning else []) + self.task.warnings():
+        where = f"{self.device}, {self.precision}"
+        if self.world.active:
+            where += f", {self.world.size} processes ({t.batch_size} per update in all)"
+        self.notes.append(f"training on {where}")
+        for warning in self.task.warnings():
             self.notes.append(f"warning: {warning}")
         optimizer = make_optimizer(model, t.optimizer)
         schedule = Schedule(t.schedule, optimizer, t.optimizer.lr, t.max_updates)
@@ -232,11 +252,14 @@ class Trainer:
                 ) from None
             optimizer.load_state_dict(training["optimizer"])
             schedule.load_state_dict(training["schedule"])
+            if training.get("scaler") and self.scaler.is_enabled():
+                self.scaler.load_state_dict(training["scaler"])
             progress = Progress(**training["progress"])
             progress.stop = None
             torch.set_rng_state(training["rng"]["torch"])
             if "cuda" in training["rng"] and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(training["rng"]["cuda"])
+                with contextlib.suppress(RuntimeError, IndexError):  # another number of GPUs
+                    torch.cuda.set_rng_state_all(training["rng"]["cuda"])
             self.notes.append(f"resuming at update {progress.update}, epoch {progress.epoch}")
         return data, model, optimizer, schedule, progress
 
@@ -277,11 +300,31 @@ class Trainer:
 
     # -------------------------------------------------------------------- loop
 
-    def run(self) -> dict[str, Any]:
-        """Train until a limit is reached, test the best checkpoint; the report.
+    def run(self) -> dict[str, Any] | None:
+        """Train until a limit is reached, test the best checkpoint; the report (None in
+        the processes other than rank 0, which write nothing).
 
         The run directory is locked for the life of the call. A resumed run changes nothing
         in it until the configuration is checked against last.pt and the model loaded."""
+        self.world.start(self.device)
+        try:
+            result = self._locked() if self.world.main else self._run()
+        except Interrupted:
+            self._leave()
+            raise
+        except BaseException:
+            self.world.stop()
+            raise
+        self._leave()
+        return result
+
+    def _leave(self) -> None:
+        """Leave the process group together: a process that tears it down while another
+        still uses it (rank 0 testing) can abort."""
+        self.world.barrier()
+        self.world.stop()
+
+    def _locked(self) -> dict[str, Any] | None:
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise ConfigError(
                 f"{self.run_dir}: exists and is not a directory; choose another --out"
@@ -300,9 +343,14 @@ class Trainer:
         finally:
             lock.release()
 
-    def _run(self) -> dict[str, Any]:
+    def _run(self) -> dict[str, Any] | None:
         t = self.config.train
         start_time = time.perf_counter()
+        if not self.world.main:  # rank 0 has checked, repaired and prepared the run directory
+            self.world.barrier()
+            state = self.checkpoints.resume_state() if self.resume else None
+            data, model, optimizer, schedule, progress = self.setup(state)
+            return self._distributed(data, model, optimizer, schedule, progress)
         if not self.resume and (self.run_dir / LAST).exists():  # checked under the lock
             raise ConfigError(
                 f"{self.run_dir}: already holds a run; --resume continues it, or choose another "
@@ -326,6 +374,8 @@ class Trainer:
         for message in [f"run directory: {self.run_dir}", *self.notes, *repairs]:
             self.reporter.message(message)
         atomic_write_text(self.run_dir / "config.yaml", _yaml(configuration.resolved(self.config)))
+        self.world.barrier()  # the others may read the run directory now
+        self._distributed(data, model, optimizer, schedule, progress)
         # the first of the two limits: updates, or epochs of batches
         limits = [t.max_updates] if t.max_updates is not None else []
         if t.max_epochs is not None:
@@ -341,6 +391,29 @@ class Trainer:
             raise Interrupted(self.run_dir, progress.update)
         return report
 
+    def _distributed(
+        self,
+        data: TaskData,
+        model: Model,
+        optimizer: torch.optim.Optimizer,
+        schedule: Schedule,
+        progress: Progress,
+    ) -> None:
+        """With other processes: start from rank 0's weights; in the others, train (rank
+        0 goes on in `_run`) and give a stop by Ctrl-C to the caller."""
+        if not self.world.active:
+            return None
+        self.world.same_parameters(model)
+        if self.world.main:
+            return None
+        t = self.config.train  # dropout: another stream than rank 0's, the same on resume
+        torch.manual_seed(t.seed * 1_000_003 + self.world.rank * 7919 + progress.update)
+        with Interrupts(announce=False) as interrupts:
+            self._train(data, model, optimizer, schedule, progress, interrupts)
+        if progress.stop == INTERRUPTED:
+            raise Interrupted(self.run_dir, progress.update)
+        return None
+
     def _train(
         self,
         data: TaskData,
@@ -355,7 +428,8 @@ class Trainer:
         limits = Limits(t, schedule, time.perf_counter() - progress.elapsed)
         model.train()
         planned, batches = -1, []  # the epoch whose batches these are
-        progress.stop = limits.reached(progress)
+        main = self.world.main
+        progress.stop = self._reached(limits, progress, interrupts)
         while True:
             due, epoch = False, float(progress.epoch)
             if progress.stop is None:
@@ -363,20 +437,73 @@ class Trainer:
                     planned, batches = progress.epoch, self.batches(data, progress.epoch)
                     progress.plan = plan_digest(batches)
                 due, epoch = self.train_step(model, optimizer, schedule, data, batches, progress)
-                progress.stop = limits.reached(progress)
+                progress.stop = self._reached(limits, progress, interrupts)
             # validate when due, and at the end unless this very state was validated (a
             # resumed run that met its limits at once was, when its last.pt was written)
             if due or (progress.stop is not None and progress.last_validation != progress.update):
                 progress.elapsed = time.perf_counter() - limits.clock
-                self.validate(model, optimizer, schedule, data, progress, epoch)
-                progress.stop = progress.stop or limits.reached(progress)
+                self._collect(progress)
+                if main:
+                    self.validate(model, optimizer, schedule, data, progress, epoch)
+                self._share(progress, schedule)
+                progress.stop = progress.stop or self._reached(limits, progress, interrupts)
             if progress.stop is None and interrupts.requested:
                 progress.stop = INTERRUPTED
                 progress.elapsed = time.perf_counter() - limits.clock
-                payload = self.payload(model, optimizer, schedule, data, progress)
-                self.checkpoints.save(payload, improved=False)
+                self._collect(progress)
+                if main:
+                    payload = self.payload(model, optimizer, schedule, data, progress)
+                    self.checkpoints.save(payload, improved=False)
             if progress.stop is not None:
                 break
+
+    def _reached(self, limits: Limits, progress: Progress, interrupts: Interrupts) -> str | None:
+        """`limits.reached`, agreed by every process with a stop by Ctrl-C (the limits of
+        a clock, and signals, may come to one process before the others)."""
+        stop = limits.reached(progress)
+        if self.world.active:
+            timed, asked = self.world.agree([stop is not None, interrupts.requested])
+            if timed and stop is None:
+                stop = f"reached max_minutes ({self.config.train.max_minutes})"
+            interrupts.requested = asked
+        return stop
+
+    def _collect(self, progress: Progress) -> None:
+        """Add the losses of the updates since the last call (summed over the processes)
+        to `progress`, one by one as when each was read at once (so the sums do not depend
+        on when they are read); every process calls it at the same points."""
+        if not self._pending:
+            return
+        losses = self.world.sum_each(torch.stack(self._pending).double())  # updates
+        for loss in losses:
+            progress.loss_sum += loss
+        progress.loss_updates += len(losses)
+        self._pending = []
+
+    def _share(self, progress: Progress, schedule: Schedule) -> None:
+        """After rank 0 validated: its progress and schedule in every process."""
+        if not self.world.active:
+            return
+        shared = self.world.broadcast(
+            (asdict(progress), schedule.state_dict()) if self.world.main else None
+        )
+        if not self.world.main:
+            for key, value in shared[0].items():
+                setattr(progress, key, value)
+            schedule.load_state_dict(shared[1])
+
+    def _shown_loss(self, progress: Progress) -> float:
+        """The mean training loss since the last validation for the progress display,
+        read from the device at most every `LOSS_READ_SECONDS` (in rank 0: its part of
+        each update times the number of processes)."""
+        value, when = self._shown
+        now = time.perf_counter()
+        if now - when >= LOSS_READ_SECONDS:
+            pending = float(torch.stack(self._pending).sum()) if self._pending else 0.0
+            updates = progress.loss_updates + len(self._pending)
+            value = (progress.loss_sum + pending * self.world.size) / max(updates, 1)
+            self._shown = (value, now)
+        return value
 
     def train_step(
         self,
@@ -396,6 +523,7 @@ class Trainer:
         progress.update += 1
         try:
             loss = self.update(model, optimizer, schedule, data, indices, progress.update)
+            self._pending.append(loss)
         except (MemoryError, RuntimeError) as error:
             lengths = self.task.lengths(data)
             longest = max(max(lengths[i]) for i in indices)
@@ -407,14 +535,12 @@ class Trainer:
             raise out_of_memory(error, what, hint) or error from None
         fault_point("update")
         progress.batch += 1
-        progress.loss_sum += loss
-        progress.loss_updates += 1
         progress.examples += len(indices)
         progress.train_seconds += time.perf_counter() - tick
         self.reporter.update(
             progress.update,
             progress.epoch + 1,
-            progress.loss_sum / progress.loss_updates,
+            self._shown_loss(progress),
             progress.examples / max(progress.train_seconds, 1e-9),
         )
         epoch = progress.epoch + progress.batch / len(batches)
@@ -432,17 +558,29 @@ class Trainer:
         data: TaskData,
         indices: list[int],
         number: int,
-    ) -> float:
-        """Update number `number` (1-based) on the training examples `indices`; the loss."""
+    ) -> torch.Tensor:
+        """Update number `number` (1-based) on the training examples `indices`: this
+        process's part of the batch, in `train.accumulate` micro-batches, each loss
+        weighted by its share of the batch's tokens; the gradients summed over the
+        processes. The loss of this process's part (a scalar on the device, unread)."""
         schedule.before_update(number)
-        loss = self.task.training_loss(model, data, indices, number)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        total = max(self.task.loss_tokens(data, indices), 1)
+        loss_sum = torch.zeros((), device=self.device)
+        for part in self.world.parts(indices, self.config.train.accumulate):
+            share = self.task.loss_tokens(data, part) / total
+            loss = self.task.training_loss(model, data, part, number, share)
+            self.scaler.scale(loss).backward()
+            loss_sum += loss.detach().float()
+        parameters = [p for p in model.parameters() if p.requires_grad]
+        self.world.sum_gradients(parameters)
         clip = self.config.train.clip_norm
         if clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        return loss.item()
+            self.scaler.unscale_(optimizer)  # clip the true gradients (fp16: scaled up)
+            torch.nn.utils.clip_grad_norm_(parameters, clip)
+        self.scaler.step(optimizer)  # fp16: skipped when a gradient is not finite
+        self.scaler.update()
+        return loss_sum
 
     def validate(
         self,
@@ -507,11 +645,13 @@ class Trainer:
         return {
             "model_name": self.config.model_name,
             "config": configuration.resolved(self.config),
+            "precision": self.precision,  # what train.precision ran as
             "model": model.state_dict(),
             **self.task.checkpoint_extras(data),
             "training": {
                 "optimizer": optimizer.state_dict(),
                 "schedule": schedule.state_dict(),
+                "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
                 "rng": rng,
                 "progress": asdict(progress),
             },
@@ -588,7 +728,8 @@ class Trainer:
             "vocab": {"source": len(data.source_vocab), "target": len(data.target_vocab)},
             "parameters": model.parameter_count(),
             "device": str(self.device),
-            "bf16": self.bf16,  # train.bf16 as honoured by this device
+            "precision": self.precision,  # what train.precision ran as on this device
+            "processes": self.world.size,
             "threads": torch.get_num_threads(),
             "history": progress.history,
             "best": {

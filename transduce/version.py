@@ -1,3 +1,3 @@
 """The version of transduce (here so that modules need not import the package root)."""
 
-__version__ = "0.3.1"
+__version__ = "0.4.0"

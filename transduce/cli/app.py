@@ -17,11 +17,14 @@ from typer.core import TyperGroup
 
 from transduce.cli import ui
 from transduce.cli.common import Verbosity
-from transduce.errors import TransduceError, interrupted, out_of_memory
+from transduce.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_USER_ERROR,
+    TransduceError,
+    interrupted,
+    out_of_memory,
+)
 from transduce.version import __version__
-
-EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
 
 
 def _usage_error(error: Exception) -> typer.Exit:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -11,9 +12,9 @@ from rich.table import Table
 
 from transduce import config as configuration
 from transduce.cli import ui
-from transduce.cli.app import EXIT_INTERRUPTED, app
+from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices, complete_recipe, complete_setting
-from transduce.errors import ConfigError, interrupted
+from transduce.errors import EXIT_INTERRUPTED, ConfigError, interrupted
 from transduce.progress import ConsoleReporter
 
 Device = choices("Device", ("cpu", "cuda", "auto"))
@@ -64,6 +65,16 @@ def train_command(
         Device | None,
         typer.Option(help="cpu, cuda or auto (overrides train.device).", show_default=False),
     ] = None,
+    nproc: Annotated[
+        int | None,
+        typer.Option(
+            "--nproc",
+            min=1,
+            help="Train in N processes on this machine (one per GPU with CUDA), launched "
+            "with torchrun; each update's batch is split between them.",
+            show_default="1",
+        ),
+    ] = None,
     test: Annotated[
         bool | None,
         typer.Option(
@@ -82,6 +93,8 @@ def train_command(
         overrides.append(f"train.test={'true' if test else 'false'}")
     if out is None and (resume or config is None):
         raise ConfigError("give --config RECIPE (or --out RUN_DIR --resume to continue a run)")
+    if out is None and os.environ.get("WORLD_SIZE", "1") != "1":
+        raise ConfigError("under torchrun, give --out RUN_DIR: every process must write one")
     run_dir = out or _fresh_run_dir(Path(config).stem)  # type: ignore[arg-type]
     if resume:
         source = config or str(run_dir / "config.yaml")
@@ -101,6 +114,15 @@ def train_command(
             f"warning: {local} here is not the recipe used: `--config {source}` names the "
             f"shipped recipe; give --config ./{local} for the file"
         )
+    if nproc is not None and nproc > 1:
+        from transduce.launch import launch
+
+        arguments = ["--config", source, "--out", str(run_dir)]
+        arguments += [part for value in overrides for part in ("--set", value)]
+        arguments += ["--data-root", str(data_root)] if data_root is not None else []
+        arguments += ["--resume"] if resume else []
+        arguments += {ui.QUIET: ["--quiet"], ui.VERBOSE: ["--verbose"]}.get(ui.verbosity(), [])
+        raise typer.Exit(launch(nproc, cfg, ["train", *arguments]))
     reporter = ConsoleReporter(ui.stderr, quiet=ui.verbosity() < ui.NORMAL)
     from transduce.training import Interrupted, Trainer  # torch: only when training
 
@@ -117,11 +139,15 @@ def train_command(
         if not interrupted(error):
             raise
         _stopped("stopped at once", run_dir)
-    _summary(report, run_dir)
+    if report is not None:  # None: a process of a torchrun other than rank 0
+        _summary(report, run_dir)
 
 
 def _stopped(what: str, run_dir: Path) -> NoReturn:
-    """Say how a Ctrl-C left the run, and how to go on; exit 130."""
+    """Say how a Ctrl-C left the run, and how to go on; exit 130 (the processes of a
+    torchrun other than rank 0 say nothing)."""
+    if os.environ.get("RANK", "0") != "0":
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     if (run_dir / "last.pt").is_file():
         how = f"continue with: transduce train --out {shlex.quote(str(run_dir))} --resume"
     else:
@@ -152,7 +178,8 @@ def _summary(report: dict[str, Any], run_dir: Path) -> None:
             table.add_column(name, justify="right")
         table.add_row(*(f"{v:.2f}" for v in report["test"].values()))
         ui.stderr.print(table)
-    ui.info(f"{run_dir / 'train.json'}; predictions: {run_dir / 'test.predictions'}")
+    predictions = f"; predictions: {run_dir / 'test.predictions'}" if report["test"] else ""
+    ui.info(f"{run_dir / 'train.json'}{predictions}")
 
 
 def _which(source: str) -> str:

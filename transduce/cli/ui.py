@@ -7,6 +7,7 @@ the terminal goes to stderr, through here, and respects --quiet / --verbose.
 from __future__ import annotations
 
 import logging
+import os
 
 from rich.console import Console
 from rich.markup import escape
@@ -49,4 +50,6 @@ def warn(message: str) -> None:
 def error(message: str) -> None:
     """The one-line red error of a user's mistake (always shown)."""
     line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    if os.environ.get("RANK", "0") != "0":  # a training process of torchrun other than 0
+        line = f"rank {os.environ['RANK']}: {line}"
     stderr.print(f"[bold red]error:[/bold red] [red]{escape(line)}[/red]")

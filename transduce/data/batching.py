@@ -35,8 +35,14 @@ class Batch:
         return self.source.shape[0]
 
     def to(self, device: torch.device | str) -> Batch:
+        """The batch on `device`: built on the host, copied to a GPU from pinned memory
+        without waiting for the copy (the next kernels on the stream wait for it)."""
+        pin = torch.device(device).type == "cuda"
+
         def move(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t.to(device, non_blocking=True)
+            if t is None:
+                return None
+            return (t.pin_memory() if pin else t).to(device, non_blocking=True)
 
         return Batch(
             move(self.source),  # type: ignore[arg-type]

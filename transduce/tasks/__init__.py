@@ -1,6 +1,6 @@
 """Kinds of work: `TASKS` maps the `task` name a model declares to its `Task` class.
 
-task = make_task(config, device, bf16)    # the task of config.model_name's model
+task = make_task(config, device, precision)    # the task of config.model_name's model
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ def check_task(config: configuration.Config) -> type[Task]:
     return cls
 
 
-def make_task(config: configuration.Config, device: torch.device, bf16: bool = False) -> Task:
+def make_task(config: configuration.Config, device: torch.device, precision: str = "fp32") -> Task:
     """The task of the configured model, after checking the config suits it."""
-    return check_task(config)(config, device, bf16)
+    return check_task(config)(config, device, precision)
 
 
 __all__ = ["TASKS", "Candidate", "Task", "TaskData", "check_task", "make_task", "task_class"]

@@ -108,13 +108,21 @@ class Task(ABC, Generic[D]):
     Args:
         config: The validated configuration of the run (or of the checkpoint).
         device: Where batches and the model go.
-        bf16: Whether to run under bfloat16 autocast (as `transduce.precision` allows).
+        precision: fp32, bf16 or fp16: the autocast of forward passes (what
+            `transduce.precision.choose` gave).
     """
 
     name: ClassVar[str]
 
-    def __init__(self, config: configuration.Config, device: torch.device, bf16: bool) -> None:
-        self.config, self.device, self.bf16 = config, device, bf16
+    def __init__(
+        self, config: configuration.Config, device: torch.device, precision: str = "fp32"
+    ) -> None:
+        self.config, self.device, self.precision = config, device, precision
+
+    @property
+    def bf16(self) -> bool:
+        """Whether forward passes run under bfloat16 autocast."""
+        return self.precision == "bf16"
 
     @classmethod
     def check(cls, config: configuration.Config) -> list[str]:
@@ -124,7 +132,7 @@ class Task(ABC, Generic[D]):
 
     def autocast(self) -> Any:
         """The precision context of forward passes."""
-        return autocast(self.device, self.bf16)
+        return autocast(self.device, self.precision)
 
     # ----------------------------------------------------------------- data
 
@@ -230,8 +238,19 @@ class Task(ABC, Generic[D]):
         """(source, target) length of each training example, for batch planning."""
 
     @abstractmethod
-    def training_loss(self, model: Model, data: D, indices: list[int], update: int) -> torch.Tensor:
-        """The loss to minimize on the training examples `indices` at update `update`."""
+    def loss_tokens(self, data: D, indices: list[int]) -> int:
+        """The tokens of the training examples `indices` that the loss is a mean over."""
+
+    @abstractmethod
+    def training_loss(
+        self, model: Model, data: D, indices: list[int], update: int, share: float = 1.0
+    ) -> torch.Tensor:
+        """The loss to minimize on the training examples `indices` at update `update`.
+
+        When an update's batch is split (into micro-batches, or between processes), each
+        part passes its `share` of the batch's `loss_tokens`: its per-token means are
+        weighted by it, so that the parts' losses add up to the whole batch's loss, and
+        their gradients to its gradient."""
 
     @abstractmethod
     def dev_loss(self, model: Model, data: D) -> tuple[float, dict[str, Any]]:

@@ -38,8 +38,10 @@ class Seq2SeqTask(Task[TaskData]):
 
     name = "seq2seq"
 
-    def __init__(self, config: configuration.Config, device: torch.device, bf16: bool) -> None:
-        super().__init__(config, device, bf16)
+    def __init__(
+        self, config: configuration.Config, device: torch.device, precision: str = "fp32"
+    ) -> None:
+        super().__init__(config, device, precision)
         self.weight = MonotonicityWeight(config.loss.monotonicity)
 
     @classmethod
@@ -129,8 +131,11 @@ class Seq2SeqTask(Task[TaskData]):
     def lengths(self, data: TaskData) -> list[tuple[int, int]]:
         return [(len(s), len(g)) for s, g in data.train]
 
+    def loss_tokens(self, data: TaskData, indices: list[int]) -> int:
+        return sum(len(data.train[i][1]) + 1 for i in indices)  # EOS included
+
     def training_loss(
-        self, model: Model, data: TaskData, indices: list[int], update: int
+        self, model: Model, data: TaskData, indices: list[int], update: int, share: float = 1.0
     ) -> torch.Tensor:
         batch = collate(
             [data.train[i][0] for i in indices], [data.train[i][1] for i in indices]
@@ -141,6 +146,7 @@ class Seq2SeqTask(Task[TaskData]):
         with self.autocast():
             output = s2s(batch)
             losses = model.loss(batch, output, self.config.loss.label_smoothing)
+            losses["loss"] = losses["loss"] * share  # a mean over the target tokens
             if weight > 0:  # Rios et al. (2021): NLL + lambda * L_mono, eq. (4)
                 attention = output.attention
                 if (
@@ -159,6 +165,8 @@ class Seq2SeqTask(Task[TaskData]):
                     m.normalize,
                     m.sep_positions,
                 )
+                if m.normalize == "tokens":  # a mean over the tokens, not a sum of sentences
+                    mono = mono * share
                 losses["loss"] = losses["loss"] + weight * mono
         return losses["loss"]
 

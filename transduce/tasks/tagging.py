@@ -246,8 +246,11 @@ class TaggingTask(Task[TaggingData]):
     def lengths(self, data: TaggingData) -> list[tuple[int, int]]:
         return [(len(s), 0) for s, _ in data.train]
 
+    def loss_tokens(self, data: TaggingData, indices: list[int]) -> int:
+        return sum(len(data.train[i][0]) for i in indices)  # one tag per word
+
     def training_loss(
-        self, model: Model, data: TaggingData, indices: list[int], update: int
+        self, model: Model, data: TaggingData, indices: list[int], update: int, share: float = 1.0
     ) -> torch.Tensor:
         batch = tag_batch(
             [data.train[i][0] for i in indices],
@@ -256,7 +259,7 @@ class TaggingTask(Task[TaggingData]):
         ).to(self.device)
         with self.autocast():
             losses = model.loss(batch, model(batch), self.config.loss.label_smoothing)
-        return losses["loss"]
+        return losses["loss"] * share  # a mean over the words
 
     def dev_loss(self, model: Model, data: TaggingData) -> tuple[float, dict[str, Any]]:
         """Cross-entropy per dev token (no monotonicity: a tagger has no cross-attention)."""

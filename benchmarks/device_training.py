@@ -1,0 +1,190 @@
+"""Training on a device: examples/s, peak memory and how busy the device is, for the main
+job's recipe (`g2p`: the attentional LSTM, batch 128) and the Rios et al. transformer
+recipe (`paper/rios2021/transformer-g2p-cmudict`: 4 + 4 layers, d 256, batch 400), each on
+the embedded CMUdict's training split, for a fixed number of updates through the
+trainer's own `Trainer.update`.
+
+    python benchmarks/device_training.py [--device auto|cpu|cuda] [--precision fp32|auto|...]
+        [--updates 50] [--repeats 3] [--compare-cpu] [--recipes g2p,paper/rios2021/...]
+
+For each recipe: the median examples/s over `--repeats` runs (each after 5 warm-up
+updates, the device synchronized before the clock stops), peak memory (CUDA: the most
+allocated by tensors, `torch.cuda.max_memory_allocated`; CPU: the process's peak RSS),
+and, on CUDA, the fraction of the timed wall time the GPU was running kernels (the
+torch profiler's device time over the wall time of one extra profiled run). With
+`--compare-cpu` the same updates also run on the CPU (2 threads), and the GPU/CPU ratio
+of examples/s is printed beside. One JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RECIPES = ("g2p", "paper/rios2021/transformer-g2p-cmudict")
+WARMUP = 5
+
+
+def setup(recipe: str, prepared: str, device: str, precision: str, threads: int):
+    """The trainer of `recipe` on the prepared data, and what `update` needs."""
+    import torch
+
+    from transduce import config as configuration
+    from transduce.recipe_loader import compose, recipe_path
+    from transduce.training import Trainer
+
+    data, _ = compose(recipe_path(recipe))
+    data["data"] = {"prepared": prepared}
+    data["train"].update(device=device, precision=precision, threads=threads)
+    trainer = Trainer(configuration.parse(data), Path(tempfile.mkdtemp()))
+    loaded, model, optimizer, schedule, _ = trainer.setup()
+    torch.set_num_threads(threads)
+    model.train()
+    return trainer, loaded, model, optimizer, schedule, trainer.batches(loaded, 0)
+
+
+def synchronize(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(recipe: str, prepared: str, device: str, precision: str, updates: int) -> dict:
+    """One run: examples/s over `updates` timed updates, and peak memory."""
+    import torch
+
+    trainer, loaded, model, optimizer, schedule, batches = setup(
+        recipe, prepared, device, precision, threads=2
+    )
+    where = trainer.device
+    if where.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(where)
+    number = 0
+    for indices in batches[:WARMUP]:
+        number += 1
+        trainer.update(model, optimizer, schedule, loaded, indices, number)
+    synchronize(where)
+    timed = batches[WARMUP : WARMUP + updates]
+    start = time.perf_counter()
+    for indices in timed:
+        number += 1
+        trainer.update(model, optimizer, schedule, loaded, indices, number)
+    synchronize(where)
+    seconds = time.perf_counter() - start
+    examples = sum(len(i) for i in timed)
+    if where.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(where) / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "device": str(where),
+        "precision": trainer.precision,
+        "examples_per_s": examples / seconds,
+        "seconds_per_update": seconds / len(timed),
+        "peak_memory_mb": round(peak),
+        "memory_kind": "cuda max_memory_allocated" if where.type == "cuda" else "peak RSS",
+        "parameters": model.parameter_count(),
+    }
+
+
+def busy_fraction(recipe: str, prepared: str, device: str, precision: str, updates: int):
+    """The share of the wall time of `updates` updates that the GPU spends in kernels
+    (torch profiler), or None off CUDA."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    trainer, loaded, model, optimizer, schedule, batches = setup(
+        recipe, prepared, device, precision, threads=2
+    )
+    where = trainer.device
+    if where.type != "cuda":
+        return None
+    for number, indices in enumerate(batches[:WARMUP], 1):
+        trainer.update(model, optimizer, schedule, loaded, indices, number)
+    synchronize(where)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for number, indices in enumerate(batches[WARMUP : WARMUP + updates], WARMUP + 1):
+            trainer.update(model, optimizer, schedule, loaded, indices, number)
+        synchronize(where)
+        wall = time.perf_counter() - start
+    kernels = sum(
+        event.self_device_time_total
+        for event in prof.key_averages()
+        if event.device_type == torch.autograd.DeviceType.CUDA
+    )  # microseconds
+    return min(1.0, kernels / 1e6 / wall)
+
+
+def child(recipe: str, prepared: str, device: str, precision: str, updates: str) -> None:
+    """One measurement in a process of its own (its peak memory is its own)."""
+    print(json.dumps(measure(recipe, prepared, device, precision, int(updates))))
+
+
+def in_child(*arguments: str) -> dict:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", *arguments],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--precision", default="fp32", choices=("auto", "fp32", "bf16", "fp16"))
+    parser.add_argument("--updates", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--recipes", default=",".join(RECIPES))
+    parser.add_argument("--compare-cpu", action="store_true", help="also on the CPU: the ratio")
+    parser.add_argument("--prepared", help="a prepared CMUdict directory (default: the embedded)")
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    prepared = args.prepared
+    if prepared is None:
+        from transduce.data.prepare import PrepareRequest, prepare
+
+        prepared = str(Path(tempfile.mkdtemp()) / "cmudict")
+        prepare(PrepareRequest("cmudict", Path(prepared)))
+    results = {}
+    for recipe in args.recipes.split(","):
+        entry: dict = {}
+        targets = [("device", args.device)] + ([("cpu", "cpu")] if args.compare_cpu else [])
+        for label, device in targets:
+            runs = [
+                in_child(recipe, prepared, device, args.precision, str(args.updates))
+                for _ in range(args.repeats)
+            ]
+            rates = [r["examples_per_s"] for r in runs]
+            entry[label] = {
+                **{k: runs[0][k] for k in ("device", "precision", "parameters", "memory_kind")},
+                "examples_per_s": round(statistics.median(rates), 1),
+                "runs": [round(r, 1) for r in rates],
+                "peak_memory_mb": max(r["peak_memory_mb"] for r in runs),
+            }
+        busy = busy_fraction(recipe, prepared, args.device, args.precision, args.updates)
+        entry["device"]["busy_fraction"] = None if busy is None else round(busy, 3)
+        if args.compare_cpu:
+            entry["device_over_cpu"] = round(
+                entry["device"]["examples_per_s"] / entry["cpu"]["examples_per_s"], 2
+            )
+        results[recipe] = entry
+    print(json.dumps({"benchmark": "device_training", "updates": args.updates, **results}))
+
+
+if __name__ == "__main__":
+    main()

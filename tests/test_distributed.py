@@ -1,0 +1,279 @@
+"""Split updates: gradient accumulation (`train.accumulate`) and data-parallel training in
+several processes through a real `torchrun` (gloo, on the CPU); `transduce.distributed`.
+
+The claim under test: an update is the same however its batch is split, so a run with
+micro-batches, or in 2 processes, ends with the weights (within float tolerance) and the
+validation scores of the run in one process on the whole batch, and a run can be resumed
+in another number of processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from transduce import checkpoint
+from transduce import config as configuration
+from transduce.distributed import World
+from transduce.training import Trainer
+
+from .conftest import transduce_env
+from .test_tagger import TINY as TINY_TAGGER
+from .test_tagger import write_conllu
+from .toy import TINY_LSTM, TINY_TRANSFORMER, recipe, write_task
+
+LSTM = {**TINY_LSTM, "dropout": 0.0}  # dropout draws differ with the split; nothing else
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory) -> Path:
+    return write_task(tmp_path_factory.mktemp("toy"), "copy")
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    return checkpoint.load(path)["model"]
+
+
+def assert_close_weights(a: Path, b: Path, atol: float = 2e-5) -> None:
+    first, second = weights(a), weights(b)
+    assert first.keys() == second.keys()
+    gap = max((first[k].float() - second[k].float()).abs().max().item() for k in first)
+    assert gap <= atol, f"{a} and {b} differ by up to {gap}"
+
+
+def history(run: Path) -> list[tuple[int, dict, float]]:
+    report = json.loads((run / "train.json").read_text(encoding="utf-8"))
+    return [(h["update"], h["dev_scores"], h["dev_loss"]) for h in report["history"]]
+
+
+def assert_same_validations(a: Path, b: Path) -> None:
+    for (update, scores, loss), (update_b, scores_b, loss_b) in zip(
+        history(a), history(b), strict=True
+    ):
+        assert update == update_b
+        assert scores == pytest.approx(scores_b, abs=1e-6)
+        assert loss == pytest.approx(loss_b, abs=1e-5)
+
+
+def test_parts_cut_a_batch_once_and_contiguously():
+    batch = list(range(10, 21))  # 11 examples
+    for size in (1, 2, 3):
+        for accumulate in (1, 2, 4):
+            parts = [
+                part
+                for rank in range(size)
+                for part in World(rank, size).parts(batch, accumulate)
+            ]  # fmt: skip
+            assert [i for part in parts for i in part] == batch
+            assert len(parts) == min(size * accumulate, len(batch))
+            assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    # a batch of one in 2 processes: one of them has no micro-batch (and adds no gradient)
+    assert sorted(list(World(rank, 2).parts([7], 1)) for rank in (0, 1)) == [[], [[7]]]
+    assert list(World().parts([1, 2, 3], 1)) == [[1, 2, 3]]
+
+
+def gradients(data: dict, accumulate: int, run: Path) -> dict[str, torch.Tensor]:
+    """The gradients of the first update of the recipe `data`, in `accumulate` parts."""
+    data["train"].update(accumulate=accumulate, precision="fp32", clip_norm=1.0)
+    trainer = Trainer(configuration.parse(data), run)
+    prepared, model, optimizer, schedule, _ = trainer.setup()
+    batch = trainer.batches(prepared, 0)[0]
+    trainer.update(model, optimizer, schedule, prepared, batch, 1)
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_same_gradients(first: dict, second: dict) -> None:
+    assert first.keys() == second.keys()
+    for name in first:
+        torch.testing.assert_close(first[name], second[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize(
+    ("model", "extra"),
+    [
+        (LSTM, {}),
+        ({**TINY_LSTM, "name": "hard", "dropout": 0.0}, {}),  # exact marginalization
+        (  # the monotonicity loss, a mean over the target tokens
+            TINY_TRANSFORMER,
+            {"loss": {"monotonicity": {"weight": 0.5, "normalize": "tokens"}}},
+        ),
+        (  # as the authors computed it: a sum over the sentences
+            TINY_TRANSFORMER,
+            {"loss": {"monotonicity": {"weight": 0.1, "normalize": "sentences_summed"}}},
+        ),
+    ],
+    ids=["lstm", "hard", "transformer-mono-tokens", "transformer-mono-sentences"],
+)
+def test_micro_batches_give_the_gradient_of_the_whole_batch(copy, tmp_path, model, extra):
+    whole, parts = (
+        gradients({**recipe(copy, model, batch_size=20), **extra}, k, tmp_path / str(k))
+        for k in (1, 3)
+    )
+    assert_same_gradients(whole, parts)
+
+
+def test_accumulated_micro_batches_train_as_the_whole_batch(copy, tmp_path):
+    """End to end: the weights and validations of 6 updates in 3 parts each (Adam turns a
+    gradient that is zero but for rounding into a full step, so the LSTM: its parameters
+    all have real gradients)."""
+    runs = {}
+    for accumulate in (1, 3):
+        data = recipe(copy, LSTM, max_updates=6, validate_every=3, batch_size=20)
+        data["train"].update(accumulate=accumulate, precision="fp32", clip_norm=1.0)
+        runs[accumulate] = tmp_path / f"a{accumulate}"
+        Trainer(configuration.parse(data), runs[accumulate]).run()
+    assert_close_weights(runs[1] / "last.pt", runs[3] / "last.pt")
+    assert_same_validations(runs[1], runs[3])
+    # the loss in the history is the whole batch's loss, not a micro-batch's
+    first, second = (json.loads((r / "train.json").read_text())["history"] for r in runs.values())
+    assert [h["train_loss"] for h in first] == pytest.approx([h["train_loss"] for h in second])
+
+
+def test_micro_batches_of_the_tagger(tmp_path):
+    root = tmp_path / "ud"
+    root.mkdir()
+    for split, n, seed in (("train", 120, 0), ("dev", 20, 1), ("test", 20, 2)):
+        write_conllu(root / f"{split}.conllu", n, seed)
+    data = {
+        "data": {
+            "format": "conllu",
+            **{s: [str(root / f"{s}.conllu")] for s in ("train", "dev", "test")},
+        },
+        "model": TINY_TAGGER,
+        "train": {"batch_size": 16, "max_updates": 4, "select_on": "tagacc"},
+    }
+    whole, parts = (gradients(dict(data), k, tmp_path / str(k)) for k in (1, 2))
+    assert_same_gradients(whole, parts)
+
+
+# ------------------------------------------------------------------ torchrun
+
+
+def write_recipe(path: Path, prepared: Path, **train) -> Path:
+    data = recipe(
+        prepared, LSTM, **{"max_updates": 6, "validate_every": 3, "batch_size": 16, **train}
+    )
+    data["train"].update(precision="fp32", threads=1)
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def transduce(*args: str | Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "transduce", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**transduce_env(), **(env or {})},
+        timeout=300,
+    )
+
+
+def test_two_processes_under_torchrun_match_one_process(copy, tmp_path):
+    """A real `torchrun --nproc-per-node 2` with gloo: the same validations and weights
+    as one process on the same batches; only rank 0 writes; a run of two processes
+    resumed in one continues as if it had never stopped."""
+    config = write_recipe(tmp_path / "r.yaml", copy)
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert transduce("train", "-c", config, "-o", one).returncode == 0
+    launched = subprocess.run(
+        [
+            *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"),
+            *("-m", "transduce", "train", "-c", str(config), "-o", str(two)),
+        ],
+        capture_output=True,
+        text=True,
+        env=transduce_env(),
+        timeout=300,
+    )
+    assert launched.returncode == 0, launched.stderr
+    assert launched.stderr.count("best dev acc") == 1  # rank 0 reports, rank 1 is silent
+    assert "training on cpu, fp32, 2 processes (16 per update in all)" in launched.stderr
+    assert_same_validations(one, two)
+    assert_close_weights(one / "last.pt", two / "last.pt")
+    assert (one / "test.predictions").read_text() == (two / "test.predictions").read_text()
+    report = json.loads((two / "train.json").read_text())
+    assert report["processes"] == 2 and report["updates"] == 6
+    assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
+    # stopped after 3 updates in 2 processes (`--nproc`), resumed in 1 up to 6
+    split = tmp_path / "split"
+    first = transduce(
+        "train", "-c", config, "-o", split, "--nproc", "2", "--set", "train.max_updates=3"
+    )
+    assert first.returncode == 0, first.stderr
+    assert json.loads((split / "train.json").read_text())["processes"] == 2
+    assert transduce("train", "-c", config, "-o", split, "--resume").returncode == 0
+    assert_close_weights(one / "last.pt", split / "last.pt")
+    assert_same_validations(one, split)
+
+
+def test_nproc_errors_are_one_line_with_the_status_of_rank_0(copy, tmp_path):
+    config = write_recipe(tmp_path / "r.yaml", copy)
+    refused = transduce(
+        "train", "-c", config, "-o", tmp_path / "a", "--nproc", "2", "--set", "train.precision=fp16"
+    )  # checked before any process starts
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        "error: train.precision: fp16 needs a CUDA device (this run is on the CPU); "
+        "use bf16, fp32 or auto"
+    )
+    missing = transduce(
+        "train", "-c", config, "-o", tmp_path / "b", "--nproc", "2", "--set", "data.prepared=nope"
+    )  # found by rank 0 while preparing: rank 1 stops too, saying why in one line
+    assert missing.returncode == 2, missing.stderr
+    assert "Traceback" not in missing.stderr
+    assert "error: nope: not a prepared dataset directory" in missing.stderr
+    lines = [line for line in missing.stderr.splitlines() if line.strip()]
+    assert len(lines) <= 2 and all(line.startswith("error: ") for line in lines), lines
+    assert not (tmp_path / "b").exists()
+    under = transduce("train", "-c", config, env={"WORLD_SIZE": "2", "RANK": "0"})
+    assert under.returncode == 2 and "under torchrun, give --out RUN_DIR" in under.stderr
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups and SIGINT")
+def test_ctrl_c_stops_every_process_after_its_update(copy, tmp_path):
+    """Ctrl-C at a terminal signals the whole foreground process group: the launcher
+    leaves it to the training processes, which agree to stop after one update; rank 0
+    writes last.pt and train.json, exit 130, and the run resumes."""
+    config = write_recipe(
+        tmp_path / "r.yaml", copy, max_updates=100_000, validate_every=50, max_epochs=None
+    )
+    run = tmp_path / "run"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "transduce",
+            "train",
+            "-c",
+            str(config),
+            "-o",
+            str(run),
+            "--nproc=2",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=transduce_env(),
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    assert process.stderr is not None
+    seen = ""
+    deadline = time.monotonic() + 120
+    while "update 50 " not in seen and time.monotonic() < deadline:
+        seen += process.stderr.readline()
+    os.killpg(process.pid, signal.SIGINT)
+    rest = process.stderr.read()
+    assert process.wait(timeout=120) == 130, seen + rest
+    assert "Traceback" not in rest
+    assert rest.count("stopping after this update") == 1
+    assert f"transduce train --out {run} --resume" in rest
+    report = json.loads((run / "train.json").read_text())
+    assert report["stop"] == "interrupted" and report["updates"] >= 50
+    assert checkpoint.load(run / "last.pt")["training"]["progress"]["update"] == report["updates"]
