@@ -277,3 +277,58 @@ def test_ctrl_c_stops_every_process_after_its_update(copy, tmp_path):
     report = json.loads((run / "train.json").read_text())
     assert report["stop"] == "interrupted" and report["updates"] >= 50
     assert checkpoint.load(run / "last.pt")["training"]["progress"]["update"] == report["updates"]
+
+
+# ------------------------------------------- the CUDA paths, up to the device call
+
+
+def test_batches_go_to_a_gpu_from_pinned_memory_without_waiting(monkeypatch):
+    from transduce.data.batching import collate
+
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: calls.append("pin") or t)
+    real_to = torch.Tensor.to
+
+    def to(t, *args, **kwargs):
+        if args and str(args[0]).startswith("cuda"):
+            calls.append(("to", str(args[0]), kwargs.get("non_blocking")))
+            return t
+        return real_to(t, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    batch = collate([[4, 5], [6]], [[7], [8, 9]]).to(torch.device("cuda", 0))
+    assert calls == ["pin", ("to", "cuda:0", True)] * 5  # source, masks, targets
+    assert batch.index is None
+    calls.clear()
+    collate([[4]], [[5]]).to("cpu")
+    assert "pin" not in calls  # the CPU: no pinned copy
+
+
+def test_a_gpu_process_takes_its_own_gpu_and_nccl_with_a_gloo_side_group(monkeypatch):
+    import torch.distributed as dist
+
+    seen = {}
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: seen.update(device=index))
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(
+        dist, "init_process_group", lambda backend, timeout: seen.update(backend=backend)
+    )
+    monkeypatch.setattr(dist, "new_group", lambda backend: seen.update(side=backend) or "g")
+    world = World(rank=3, size=4, local_rank=1, local_size=2)
+    assert world.device(torch.device("cuda")) == torch.device("cuda", 1)
+    world.start(torch.device("cuda", 1))
+    assert seen == {"device": 1, "backend": "nccl", "side": "gloo"}
+    assert world.threads(8) == 4 and not world.main
+    assert World().device(torch.device("cuda")) == torch.device("cuda")  # one process
+
+
+def test_nproc_is_refused_beyond_the_gpus_there_are(monkeypatch, tmp_path):
+    from transduce import training
+    from transduce.errors import ConfigError
+    from transduce.launch import launch
+
+    monkeypatch.setattr(training, "device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    config = configuration.parse(recipe(tmp_path, LSTM, precision="fp32"))
+    with pytest.raises(ConfigError, match=r"--nproc 2: this machine has 1 CUDA devices"):
+        launch(2, config, ["train"])
