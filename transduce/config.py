@@ -244,6 +244,9 @@ class TrainConfig:
     # in RUN_DIR/checkpoints/, for `transduce average` (0: only best.pt and last.pt)
     keep_best: int = 0
     keep_last: int = 0
+    # what records each validation as it happens: RUN_DIR/metrics.csv, and TensorBoard
+    # event files in RUN_DIR/tensorboard/ (the `tensorboard` extra) (transduce.runlog)
+    log: list[Literal["csv", "tensorboard"]] = field(default_factory=lambda: ["csv"])
 
     def check(self) -> list[str]:
         from transduce.metrics import METRICS

@@ -51,6 +51,8 @@ from transduce.models import Model
 from transduce.precision import choose, scaler
 from transduce.progress import Reporter
 from transduce.reporting import versions, write_json
+from transduce.runlog import MetricsLog
+from transduce.runlog import check as check_logs
 from transduce.schedules import Schedule
 from transduce.tasks import Task, TaskData, check_task
 
@@ -188,6 +190,8 @@ class Trainer:
             where = self.world.device(device(config.train.device))
             task = kind(config, where, choose(config.train.precision, where))
         self.task = task
+        check_logs(config.train.log)
+        self.log: MetricsLog | None = None  # rank 0's, from the start of the loop
         self.device, self.precision = task.device, task.precision  # batches and model: one device
         self.scaler = scaler(self.device, self.precision)
         self._pending: list[torch.Tensor] = []  # the losses of the updates not yet read
@@ -374,6 +378,7 @@ class Trainer:
         for message in [f"run directory: {self.run_dir}", *self.notes, *repairs]:
             self.reporter.message(message)
         atomic_write_text(self.run_dir / "config.yaml", _yaml(configuration.resolved(self.config)))
+        self.log = MetricsLog(self.run_dir, t.log, progress.history)
         self.world.barrier()  # the others may read the run directory now
         self._distributed(data, model, optimizer, schedule, progress)
         # the first of the two limits: updates, or epochs of batches
@@ -382,8 +387,11 @@ class Trainer:
             limits.append(t.max_epochs * len(self.batches(data, 0)))
         total = min(limits) if limits else None
         self.reporter.start(total, progress.update, t.max_minutes, progress.elapsed)
-        with Interrupts() as interrupts:  # Ctrl-C is ours during the updates only
-            self._train(data, model, optimizer, schedule, progress, interrupts)
+        try:
+            with Interrupts() as interrupts:  # Ctrl-C is ours during the updates only
+                self._train(data, model, optimizer, schedule, progress, interrupts)
+        finally:
+            self.log.close()
         self.reporter.stop()
         self.reporter.message(f"stopped: {progress.stop}")
         report = self.finish(model, data, progress, time.perf_counter() - start_time)
@@ -628,6 +636,8 @@ class Trainer:
         fault_point("validation")
         payload = self.payload(model, optimizer, schedule, data, progress)
         self.checkpoints.save(payload, improved, score)
+        if self.log is not None:
+            self.log.append(entry)  # after last.pt: the log never runs ahead of it
         self.reporter.validation(entry, improved)
 
     def payload(
