@@ -236,14 +236,18 @@ def test_subprocess_help_and_module():
 
 
 @pytest.mark.parametrize(
-    "command", ["train", "decode", "prepare", "analyze-monotonicity", "score", "recipes", "average"]
+    "command",
+    [
+        *("train", "decode", "prepare", "analyze-monotonicity", "score", "recipes", "average"),
+        *("experiment run", "experiment report"),
+    ],
 )
 def test_help_fits_80_columns(command: str):
     """At 80 columns the help text keeps a column of at least 20 characters (`score --help`
     once wrapped every option's help into one-word lines)."""
     env = {**transduce_env(), "COLUMNS": "80"}
     result = subprocess.run(
-        ["transduce", command, "--help"], capture_output=True, text=True, env=env
+        ["transduce", *command.split(), "--help"], capture_output=True, text=True, env=env
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

@@ -120,8 +120,25 @@ def _stand_ins(root: Path) -> Path:
     wu = root / "home" / "datasets" / "g2p-wu2018-cmudict-nettalk"  # ~/datasets
     wu.mkdir(parents=True)
     for split, part in (("train", rows[:30]), ("dev", rows[30:36]), ("test", rows[36:])):
-        (wu / f"CMUDict.{split}").write_text("".join(r + "\n" for r in part), encoding="utf-8")
+        for name in ("CMUDict", "NETtalk"):
+            (wu / f"{name}.{split}").write_text("".join(r + "\n" for r in part), "utf-8")
+    _experiment(work)
     return work
+
+
+def _experiment(work: Path) -> None:
+    """The README's experiment file, its runs capped as `CAP` caps a training run, one
+    seed."""
+    import yaml
+
+    text = README.read_text(encoding="utf-8")
+    block = re.search(r"```yaml\n(# (\S+\.yaml): .*?)```", text, re.S)
+    assert block, "the README's experiment file (a yaml block starting '# NAME.yaml:')"
+    data = yaml.safe_load(block.group(1))
+    cap = {"train.max_updates": 4, "train.validate_every": 2, "train.dev_subset": 16}
+    data["set"] = {**(data.get("set") or {}), **cap}
+    data["seeds"] = data["seeds"][:1]
+    (work / block.group(2)).write_text(yaml.safe_dump(data, sort_keys=False), "utf-8")
 
 
 def _before(command: str, work: Path) -> None:
@@ -184,6 +201,8 @@ def test_the_readme_examples_run(tmp_path: Path):
     assert (work / "runs" / "g2p" / "best.pt").is_file() and (work / "mono.json").is_file()
     if importlib.util.find_spec("matplotlib") is not None:
         assert (work / "plots" / "line5.pdf").is_file()
+    table = (work / "table.csv").read_text(encoding="utf-8").splitlines()  # the experiment's
+    assert table[0].startswith("system,dataset,metric") and len(table) == 1 + 2 * 3 * 2
     resumed = json.loads((work / "runs" / "tf" / "train.json").read_text(encoding="utf-8"))
     assert resumed["updates"] == 6, resumed.get("updates")
 

@@ -14,6 +14,7 @@ from transduce.cli import (  # noqa: F401  (register)
     analyze,
     average,
     decode,
+    experiment,
     prepare,
     recipes,
     score,

@@ -1,0 +1,208 @@
+"""Experiments: grids of runs (`transduce experiment run`), resumable after Ctrl-C, their
+tables (`transduce experiment report`), and bad experiment files refused before any run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from transduce.experiments import report, runner, spec
+
+from .conftest import transduce_env
+from .toy import TINY_LSTM, TINY_TRANSFORMER, recipe, write_task
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory) -> Path:
+    """A 2-dataset x 2-system x 2-seed toy grid: its experiment file."""
+    root = tmp_path_factory.mktemp("grid")
+    data = root / "data"
+    data.mkdir()
+    for task in ("copy", "reverse"):
+        write_task(data, task)
+    short = {"max_updates": 60, "validate_every": 20, "precision": "fp32"}
+    (root / "lstm.yaml").write_text(
+        yaml.safe_dump(recipe(data / "copy-prepared", TINY_LSTM, **short))
+    )
+    (root / "tf.yaml").write_text(
+        yaml.safe_dump(recipe(data / "copy-prepared", TINY_TRANSFORMER, **short))
+    )
+    experiment = {
+        "systems": {
+            "lstm": {"recipe": "lstm.yaml"},
+            "tf": {"recipe": "tf.yaml", "set": {"train.optimizer.lr": 0.003}},
+        },
+        "datasets": {
+            "match": str(data / "{task}-prepared"),
+            "set": {"data.prepared": str(data / "{task}-prepared")},
+        },
+        "seeds": [1, 2],
+        "metrics": ["acc", "per"],
+        "published": {"lstm": {"copy": {"acc": 99.0}}},
+    }
+    path = root / "grid.yaml"
+    path.write_text(yaml.safe_dump(experiment, sort_keys=False))
+    return path
+
+
+def run_experiment(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "transduce", "experiment", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=transduce_env(),
+        cwd=cwd,
+        timeout=600,
+    )
+
+
+def test_the_grid_is_every_system_dataset_and_seed(grid):
+    loaded = spec.load(grid)
+    assert [c.id for c in loaded.cells] == [
+        f"{s}.{d}.seed{n}" for s in ("lstm", "tf") for d in ("copy", "reverse") for n in (1, 2)
+    ]
+    cell = next(c for c in loaded.cells if c.id == "tf.reverse.seed2")
+    assert cell.recipe == str(grid.parent / "tf.yaml")  # relative to the experiment file
+    assert cell.overrides[0] == "train.optimizer.lr=0.003"
+    assert (
+        cell.overrides[1].startswith("data.prepared=") and "reverse-prepared" in cell.overrides[1]
+    )
+    assert cell.overrides[-1] == "train.seed=2"
+
+
+def test_interrupted_halfway_and_run_again_every_cell_is_done_once(grid, tmp_path):
+    """SIGINT to the command's process group (as Ctrl-C at a terminal) once 2 cells have
+    finished: exit 130, the running cells stop with a last.pt; the same command again
+    finishes the rest, resuming the interrupted ones and leaving the finished untouched."""
+    out = tmp_path / "exp"
+    command = [sys.executable, "-m", "transduce", "experiment", "run", str(grid)]
+    process = subprocess.Popen(
+        [*command, "--out", str(out), "--workers", "2"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=transduce_env(),
+        start_new_session=True,
+    )
+    assert process.stderr is not None
+    seen, deadline = "", time.monotonic() + 300
+    while seen.count(" done in ") < 2 and time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        seen += line
+    os.killpg(process.pid, signal.SIGINT)
+    rest = process.stderr.read()
+    assert process.wait(timeout=300) == 130, seen + rest
+    assert "run the same command again to go on" in rest and "Traceback" not in rest
+    first = json.loads((out / "cells.json").read_text())["cells"]
+    done = [c["id"] for c in first if c["status"] == "done"]
+    assert 2 <= len(done) < 8, first
+    stamps = {
+        cell: {p.name: p.stat().st_mtime_ns for p in (out / "runs" / cell).iterdir()}
+        for cell in done
+    }
+    again = run_experiment("run", grid, "--out", out, "--workers", "2", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert f"{len(done)} finished before" in again.stderr
+    final = json.loads((out / "cells.json").read_text())["cells"]
+    assert [c["status"] for c in final] == ["done"] * 8
+    for cell in final:  # each trained to its end once: one summary line in its log
+        log = (out / "logs" / f"{cell['id']}.log").read_text()
+        assert log.count("best dev acc") == 1, (cell["id"], log)
+        assert runner.finished(out / "runs" / cell["id"])
+    for cell, files in stamps.items():  # the finished cells were not even started again
+        assert {p.name: p.stat().st_mtime_ns for p in (out / "runs" / cell).iterdir()} == files
+    table = run_experiment("report", out, "--json", tmp_path / "t.json", cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    rows = json.loads((tmp_path / "t.json").read_text())["rows"]
+    assert (
+        all(r["n"] == 2 for r in rows) and len(rows) == 2 * 3 * 2
+    )  # systems x datasets+avg x metrics
+    assert "| lstm | copy |" in table.stderr and "99.00" in table.stderr
+
+
+def fake_run(directory: Path, cell: str, test: dict) -> None:
+    run = directory / "runs" / cell
+    run.mkdir(parents=True)
+    (run / "train.json").write_text(
+        json.dumps({"stop": "reached max_updates (1)", "test": test, "config": {"train": {}}})
+    )
+
+
+def test_the_table_against_hand_computed_numbers(tmp_path):
+    """mean, sample std, the average over datasets per seed, published and difference;
+    a cell not finished is left out and named."""
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml",
+        [spec.Cell("a", d, s, "", ()) for d in ("x", "y") for s in (1, 2, 3)],
+        ["a"],
+        ["x", "y"],
+        [1, 2, 3],
+        ["acc"],
+        {"a": {"x": {"acc": 50.0}, "average": {"acc": 60}}},
+    )
+    accs = {("x", 1): 40.0, ("x", 2): 50.0, ("x", 3): 60.0, ("y", 1): 70.0, ("y", 2): 90.0}
+    for (dataset, seed), acc in accs.items():
+        fake_run(tmp_path, f"a.{dataset}.seed{seed}", {"acc": acc, "per": 1.0})
+    data = report.table(experiment, tmp_path)
+    rows = {r["dataset"]: r for r in data["rows"]}
+    assert rows["x"]["mean"] == 50.0 and rows["x"]["std"] == pytest.approx(10.0)
+    assert rows["x"]["published"] == 50.0 and rows["x"]["difference"] == 0.0
+    assert rows["y"]["n"] == 2 and rows["y"]["mean"] == 80.0
+    assert rows["y"]["std"] == pytest.approx(statistics.stdev([70.0, 90.0]))
+    # seeds 1 and 2 have both datasets: their means 55 and 70
+    assert rows["average"]["values"] == [55.0, 70.0] and rows["average"]["mean"] == 62.5
+    assert rows["average"]["difference"] == 2.5
+    assert data["not_done"] == ["a.y.seed3"] and data["cells_done"] == 5
+    text = report.markdown(data)
+    assert "| a | x | 50.00 ± 10.00 (n=3) | 50.00 | 0.00 |" in text
+    assert "5 of 6 cells finished; not finished: a.y.seed3" in text
+    assert report.csv_text(data).splitlines()[0] == (
+        "system,dataset,metric,n,mean,std,published,difference"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"systems": {"a": {"recipe": "no-such-recipe"}}},
+            "systems.a.recipe: no-such-recipe: no such recipe",
+        ),
+        (
+            {"datasets": {"match": "/nowhere/{lang}-train"}},
+            "datasets.match: no file matches /nowhere/{lang}-train",
+        ),
+        ({"set": {"train.bogus": 1}}, "systems.lstm, dataset copy: "),
+        ({"sets": {}}, "sets: unknown key"),
+        ({"seeds": [1, 1]}, "seeds: a seed is listed twice"),
+        ({"published": {"nope": {}}}, "published.nope: not a system of this experiment"),
+    ],
+    ids=["unknown-recipe", "empty-pattern", "unknown-setting", "unknown-key", "seeds", "published"],
+)
+def test_bad_experiment_files_fail_before_any_run(grid, tmp_path, change, message):
+    data = yaml.safe_load(grid.read_text())
+    if "systems" in change:
+        data["systems"] = change["systems"]
+        data.pop("published")
+    else:
+        data.update(change)
+    bad = grid.parent / f"bad-{tmp_path.name}.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    result = run_experiment("run", bad, "--out", tmp_path / "exp", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: "), result.stderr
+    assert message in lines[0]
+    if change == {"set": {"train.bogus": 1}}:
+        assert "train.bogus: unknown key" in lines[0]
+    assert not (tmp_path / "exp").exists()

@@ -1,0 +1,163 @@
+"""`transduce experiment run EXPERIMENT.yaml` and `transduce experiment report EXP_DIR`:
+grids of runs and their tables (`transduce.experiments`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from transduce.cli import ui
+from transduce.cli.app import app
+from transduce.cli.common import Verbosity
+from transduce.errors import EXIT_INTERRUPTED, ConfigError
+
+experiment_app = typer.Typer(
+    name="experiment",
+    help="Grids of runs (systems x datasets x seeds) and their tables.",
+    no_args_is_help=True,
+)
+app.add_typer(experiment_app)
+
+
+@experiment_app.command(name="run")
+def run_command(
+    experiment: Annotated[
+        Path,
+        typer.Argument(
+            metavar="EXPERIMENT", help="The experiment file (YAML).", show_default=False
+        ),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="DIR",
+            help="Experiment directory.",
+            show_default="experiments/NAME",
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1, metavar="N", help="Cells run at once.", show_default="the cores, at most 8"
+        ),
+    ] = None,
+    data_root: Annotated[
+        Path | None,
+        typer.Option(metavar="DIR", help="The folder of $DATA/ paths.", show_default="as train"),
+    ] = None,
+    verbosity: Verbosity = None,
+) -> None:
+    """Run every cell not finished yet; again after a stop, to go on."""
+    from transduce.experiments import runner, spec
+    from transduce.io import DirectoryLock
+    from transduce.progress import clock
+
+    loaded = spec.load(experiment, data_root)
+    directory = out or Path("experiments") / experiment.stem
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"{directory}: exists and is not a directory; choose another --out")
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = DirectoryLock(directory / ".lock", directory).acquire()
+    try:
+        count = workers or runner.default_workers()
+        threads = runner.threads_per_cell(count)
+        todo = [c for c in loaded.cells if not runner.finished(directory / runner.RUNS / c.id)]
+        each = f"{threads} thread{'s' if threads > 1 else ''} each"
+        ui.info(
+            f"{len(loaded.cells)} cells in {directory}: {len(loaded.cells) - len(todo)} finished "
+            f"before, {len(todo)} to run ({count} at a time, {each})"
+        )
+        runner.write_state(directory, runner.state(loaded, directory, []))
+        started = len(loaded.cells) - len(todo)
+
+        def progress(outcomes: list[runner.Outcome]) -> None:
+            data = runner.state(loaded, directory, outcomes)
+            runner.write_state(directory, data)
+            last = outcomes[-1]
+            statuses = [c["status"] for c in data["cells"]]
+            done = statuses.count(runner.DONE)
+            timed = [o.seconds for o in outcomes if o.status == runner.DONE]
+            left = len(todo) - len(outcomes)
+            eta = (
+                f"; about {clock(sum(timed) / len(timed) * left / count)} left"
+                if timed and left
+                else ""
+            )
+            what = f"{last.status}" + (f" ({last.error})" if last.error else "")
+            ui.info(
+                f"{last.cell.id} {what} in {clock(last.seconds)}: {done}/{len(statuses)} done, "
+                f"{statuses.count(runner.FAILED)} failed{eta}"
+            )
+
+        executor = runner.LocalExecutor(directory, count, threads, data_root, ui.info)
+        outcomes = executor.run(todo, progress)
+    finally:
+        lock.release()
+    failed = [o for o in outcomes if o.status == runner.FAILED]
+    if executor.stopping:
+        ui.stderr.print(
+            f"stopped: {started + sum(o.status == runner.DONE for o in outcomes)} of "
+            f"{len(loaded.cells)} cells finished; run the same command again to go on",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED)
+    _show(directory, loaded)
+    if failed:
+        for outcome in failed:
+            ui.error(
+                f"{outcome.cell.id}: {outcome.error} (log: {directory}/logs/{outcome.cell.id}.log)"
+            )
+        raise typer.Exit(1)
+
+
+def _show(directory: Path, loaded: object) -> None:
+    from transduce.experiments import report
+
+    if ui.verbosity() >= ui.NORMAL:
+        ui.stderr.print(report.markdown(report.table(loaded, directory)), markup=False)  # type: ignore[arg-type]
+
+
+@experiment_app.command(name="report")
+def report_command(
+    directory: Annotated[
+        Path, typer.Argument(metavar="EXP_DIR", help="An experiment directory.", show_default=False)
+    ],
+    markdown: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Write the Markdown table to this file too."),
+    ] = None,
+    json_file: Annotated[
+        Path | None,
+        typer.Option("--json", metavar="FILE", help="Write the table as JSON to this file."),
+    ] = None,
+    csv_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--csv", metavar="FILE", help="Write a CSV row per system, dataset and metric."
+        ),
+    ] = None,
+    verbosity: Verbosity = None,
+) -> None:
+    """The table of an experiment: mean ± std over seeds beside the published numbers."""
+    import json
+
+    from transduce.experiments import report, runner
+    from transduce.io import atomic_write_text
+    from transduce.outputs import check_outputs
+
+    loaded = runner.read_state(directory)
+    check_outputs([p for p in (markdown, json_file, csv_file) if p is not None], [])
+    data = report.table(loaded, directory)
+    text = report.markdown(data)
+    ui.stderr.print(text, markup=False, highlight=False)
+    if markdown is not None:
+        atomic_write_text(markdown, text)
+    if json_file is not None:
+        atomic_write_text(json_file, json.dumps(data, indent=1) + "\n")
+    if csv_file is not None:
+        atomic_write_text(csv_file, report.csv_text(data))

@@ -1,0 +1,221 @@
+"""Running an experiment's cells: each one `transduce train` in a process of its own, in
+EXP_DIR/runs/CELL_ID/, N at a time on this machine (the local executor).
+
+The run directories are the state: a cell whose train.json says it finished is skipped
+(not even started, so its files are untouched), one with a last.pt is continued with
+`--resume`, any other is started. Re-running the same command after a Ctrl-C, a crash or
+a kill therefore goes on where it stopped and redoes nothing that finished.
+
+Ctrl-C reaches the running cells (they share the terminal's process group): each stops
+after its update and writes last.pt, as `transduce train` does, and no new cell starts;
+the command exits with 130 once they have. A cell that fails (its exit status, and the
+last line of its log in EXP_DIR/logs/CELL_ID.log) is reported and does not stop the
+others. EXP_DIR/cells.json records every cell's state after each change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transduce.errors import EXIT_INTERRUPTED, ConfigError
+from transduce.experiments.spec import Cell, Experiment
+from transduce.io import atomic_write_text
+
+RUNS, LOGS, STATE = "runs", "logs", "cells.json"
+STOPPING = b"\nCtrl-C: the running cells stop after their update; no new cell starts\n"
+DONE, FAILED, INTERRUPTED, PENDING, RUNNING = "done", "failed", "interrupted", "pending", "running"
+
+
+def finished(run_dir: Path) -> bool:
+    """Whether the run in `run_dir` has finished (its train.json says it stopped at a
+    limit, with the test scores when it was to test)."""
+    try:
+        report = json.loads((run_dir / "train.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    testing = ((report.get("config") or {}).get("train") or {}).get("test", True)
+    return report.get("stop") not in (None, "interrupted") and (
+        report.get("test") is not None or not testing
+    )
+
+
+def default_workers() -> int:
+    """One cell per core, at most 8 (threads then go to the cells: `threads_per_cell`)."""
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def threads_per_cell(workers: int) -> int:
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+@dataclass
+class Outcome:
+    """What became of a cell in this session."""
+
+    cell: Cell
+    status: str
+    seconds: float = 0.0
+    error: str | None = None
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = [line.strip() for line in log.read_text("utf-8", "replace").splitlines()]
+    except OSError:
+        return ""
+    return next((line for line in reversed(lines) if line), "")
+
+
+class LocalExecutor:
+    """Run cells as `transduce train` processes, `workers` at a time."""
+
+    def __init__(
+        self,
+        directory: Path,
+        workers: int,
+        threads: int,
+        data_root: str | Path | None = None,
+        announce: Callable[[str], None] = lambda text: None,
+    ) -> None:
+        self.directory, self.workers, self.threads = Path(directory), workers, threads
+        self.data_root, self.announce = data_root, announce
+        self.stopping = False
+
+    def command(self, cell: Cell, resume: bool) -> list[str]:
+        """The `transduce train` command of a cell."""
+        command = [sys.executable, "-m", "transduce", "train", "--config", cell.recipe]
+        command += ["--out", str(self.directory / RUNS / cell.id)]
+        for override in (*cell.overrides, f"train.threads={self.threads}"):
+            command += ["--set", override]
+        if self.data_root is not None:
+            command += ["--data-root", str(self.data_root)]
+        return command + (["--resume"] if resume else [])
+
+    def run(self, cells: list[Cell], report: Callable[[list[Outcome]], None]) -> list[Outcome]:
+        """Run `cells` (those not finished); `report` is called after each change."""
+        (self.directory / LOGS).mkdir(parents=True, exist_ok=True)
+        pending = list(cells)
+        running: dict[subprocess.Popen[bytes], tuple[Cell, float]] = {}
+        outcomes: list[Outcome] = []
+        handler = signal.getsignal(signal.SIGINT)
+        main_thread = threading.current_thread() is threading.main_thread()
+
+        def stop(signum: int, frame: Any) -> None:
+            if not self.stopping:  # a raw write: a signal may come in the middle of a print
+                with contextlib.suppress(OSError):
+                    os.write(2, STOPPING)
+            self.stopping = True
+
+        if main_thread:
+            signal.signal(signal.SIGINT, stop)
+        try:
+            while pending or running:
+                while pending and len(running) < self.workers and not self.stopping:
+                    cell = pending.pop(0)
+                    run_dir = self.directory / RUNS / cell.id
+                    resume = (run_dir / "last.pt").is_file()
+                    log = open(self.directory / LOGS / f"{cell.id}.log", "ab")  # noqa: SIM115
+                    with log:
+                        process = subprocess.Popen(
+                            self.command(cell, resume), stdout=log, stderr=subprocess.STDOUT
+                        )
+                    running[process] = (cell, time.monotonic())
+                    self.announce(f"{'resumed' if resume else 'started'} {cell.id}")
+                if self.stopping and not running:
+                    break
+                time.sleep(0.1)
+                for process in [p for p in running if p.poll() is not None]:
+                    cell, started = running.pop(process)
+                    seconds = time.monotonic() - started
+                    code = process.returncode
+                    if code == 0:
+                        outcome = Outcome(cell, DONE, seconds)
+                    elif code == EXIT_INTERRUPTED or (self.stopping and code < 0):
+                        outcome = Outcome(cell, INTERRUPTED, seconds)
+                    else:
+                        error = _last_line(self.directory / LOGS / f"{cell.id}.log")
+                        outcome = Outcome(cell, FAILED, seconds, f"exit {code}: {error}")
+                    outcomes.append(outcome)
+                    report(outcomes)
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGINT, handler)
+        return outcomes
+
+
+def state(experiment: Experiment, directory: Path, outcomes: list[Outcome]) -> dict[str, Any]:
+    """Every cell's state: done (now or before), failed, interrupted, running or pending."""
+    latest = {o.cell.id: o for o in outcomes}
+    cells = []
+    for cell in experiment.cells:
+        outcome = latest.get(cell.id)
+        run_dir = directory / RUNS / cell.id
+        status = (
+            outcome.status
+            if outcome is not None
+            else DONE
+            if finished(run_dir)
+            else INTERRUPTED
+            if (run_dir / "last.pt").is_file()
+            else PENDING
+        )
+        cells.append(
+            {
+                "id": cell.id,
+                "system": cell.system,
+                "dataset": cell.dataset,
+                "seed": cell.seed,
+                "status": status,
+                "seconds": None if outcome is None else round(outcome.seconds, 1),
+                "error": None if outcome is None else outcome.error,
+                "run_dir": str(Path(RUNS) / cell.id),
+            }
+        )
+    return {
+        "experiment": str(experiment.path),
+        "systems": experiment.systems,
+        "datasets": experiment.datasets,
+        "seeds": experiment.seeds,
+        "metrics": experiment.metrics,
+        "published": experiment.published,
+        "cells": cells,
+    }
+
+
+def write_state(directory: Path, data: dict[str, Any]) -> None:
+    atomic_write_text(directory / STATE, json.dumps(data, indent=1) + "\n")
+
+
+def read_state(directory: Path) -> Experiment:
+    """The experiment an experiment directory holds (its cells.json), for reports."""
+    path = Path(directory) / STATE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        cells = [Cell(c["system"], c["dataset"], int(c["seed"]), "", ()) for c in data["cells"]]
+        return Experiment(
+            Path(data["experiment"]),
+            cells,
+            list(data["systems"]),
+            list(data["datasets"]),
+            list(data["seeds"]),
+            data.get("metrics"),
+            data.get("published") or {},
+        )
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: no such file: {directory} is not an experiment directory "
+            "(`transduce experiment run` makes one)"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigError(f"{path}: not an experiment's cells.json ({error})") from None

@@ -1,0 +1,252 @@
+"""Experiment files: a grid of training runs (systems x datasets x seeds) and the numbers
+to compare them with. Every cell is an ordinary run of `transduce train`.
+
+    # how to run it: transduce experiment run this.yaml
+    systems:                      # name: a recipe (shipped name, or a path relative to
+      soft:                       # this file) and its --set overrides
+        recipe: paper/wu2018/soft-small-inflection-medium
+        set: {train.max_epochs: 30}
+      hard: {recipe: paper/wu2018/hard-small-inflection-medium}
+    datasets:                     # optional: name: --set overrides of the data section,
+      match: $DATA/sigmorphon2017-task1/{language}-train-medium   # or a pattern: one cell
+      set:                                                        # per file it matches,
+        data.train: [$DATA/sigmorphon2017-task1/{language}-train-medium]   # named by the
+        data.dev: [$DATA/sigmorphon2017-task1/{language}-dev]              # {field}
+      only: [english, german]     # optional: these names only
+    seeds: [1, 2, 3]              # train.seed of each cell [1]
+    set: {train.threads: 1}       # optional: for every cell (before the system's own)
+    metrics: [acc, lev]           # optional: the report's columns [the test scores]
+    published:                    # optional: the paper's numbers, system: dataset: metric
+      soft: {english: {acc: 92.8}, average: {acc: 82.5}}   # (system: metric without datasets)
+
+`load` checks it all before any run starts: each cell's configuration is loaded as
+`transduce train` would load it (recipe, overrides, data files), and any problem is one
+`ConfigError` naming the experiment file and the key at fault.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from transduce import config as configuration
+from transduce import recipe_loader
+from transduce.errors import ConfigError, TransduceError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_+-]*$")  # system and dataset names: run dirs
+KEYS = {"systems", "datasets", "seeds", "set", "metrics", "published"}
+FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the grid."""
+
+    system: str
+    dataset: str | None
+    seed: int
+    recipe: str  # a shipped name or a file path
+    overrides: tuple[str, ...]  # --set KEY=VALUE, in order
+
+    @property
+    def id(self) -> str:
+        """The cell's name, and its run directory's: SYSTEM[.DATASET].seedN."""
+        middle = f".{self.dataset}" if self.dataset is not None else ""
+        return f"{self.system}{middle}.seed{self.seed}"
+
+
+@dataclass
+class Experiment:
+    """A loaded and checked experiment file."""
+
+    path: Path
+    cells: list[Cell]
+    systems: list[str]
+    datasets: list[str | None]
+    seeds: list[int]
+    metrics: list[str] | None = None
+    published: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)  # the file's own mapping
+
+    def published_value(self, system: str, dataset: str | None, metric: str) -> float | None:
+        """The paper's number for a system (on a dataset, or `average`), if given."""
+        numbers = self.published.get(system) or {}
+        if dataset is not None:
+            numbers = numbers.get(dataset) or {}
+        value = numbers.get(metric)
+        return float(value) if isinstance(value, int | float) else None
+
+
+def _problem(path: Path, key: str, message: str) -> ConfigError:
+    return ConfigError(f"{path}: {key}: {message}")
+
+
+def _overrides(path: Path, key: str, value: Any) -> list[str]:
+    """A `set:` mapping as `--set` overrides (values written as JSON, which YAML reads)."""
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        raise _problem(path, key, f"expected a mapping of KEY: VALUE, got {value!r}")
+    return [f"{name}={json.dumps(item)}" for name, item in value.items()]
+
+
+def _fill(value: Any, field_name: str, text: str) -> Any:
+    """`value` with {field_name} replaced by `text` in every string."""
+    if isinstance(value, str):
+        return value.replace("{" + field_name + "}", text)
+    if isinstance(value, list):
+        return [_fill(v, field_name, text) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, field_name, text) for k, v in value.items()}
+    return value
+
+
+def _datasets(path: Path, value: Any, root: Path) -> dict[str | None, list[str]]:
+    """Dataset name: its overrides (one nameless dataset when there are none)."""
+    if value is None:
+        return {None: []}
+    if not isinstance(value, dict) or not value:
+        raise _problem(path, "datasets", f"expected a mapping, got {value!r}")
+    if "match" not in value:
+        out: dict[str | None, list[str]] = {}
+        for name, overrides in value.items():
+            if not NAME.match(str(name)):
+                raise _problem(path, f"datasets.{name}", "a name of letters, digits, _ + -")
+            out[str(name)] = _overrides(path, f"datasets.{name}", overrides)
+        return out
+    unknown = set(value) - {"match", "set", "only"}
+    if unknown:
+        raise _problem(
+            path, f"datasets.{sorted(unknown)[0]}", "unknown key (valid: match, set, only)"
+        )
+    pattern = value["match"]
+    fields = FIELD.findall(pattern) if isinstance(pattern, str) else []
+    if len(fields) != 1:
+        raise _problem(
+            path, "datasets.match", f"a path with one {{field}} naming the dataset, not {pattern!r}"
+        )
+    name = fields[0]
+    placed = (
+        pattern.replace(recipe_loader.DATA, str(root), 1)
+        if pattern.startswith(recipe_loader.DATA)
+        else pattern
+    )
+    placed = str(path.parent / placed) if not Path(placed).is_absolute() else placed
+    regex = re.compile(
+        "^" + re.escape(placed).replace(re.escape("{" + name + "}"), "(?P<field>.+)") + "$"
+    )
+    found = {}
+    for match in sorted(glob.glob(placed.replace("{" + name + "}", "*"))):
+        hit = regex.match(match)
+        if hit:
+            found[hit.group("field")] = match
+    only = value.get("only")
+    if only is not None:
+        if not isinstance(only, list):
+            raise _problem(path, "datasets.only", f"expected a list of names, got {only!r}")
+        missing = [str(n) for n in only if str(n) not in found]
+        if missing:
+            raise _problem(path, "datasets.only", f"{missing[0]!r} matches no file of {pattern}")
+        found = {n: found[n] for n in map(str, only)}
+    if not found:
+        raise _problem(
+            path, "datasets.match", f"no file matches {pattern} (under {placed.rsplit('/', 1)[0]})"
+        )
+    out = {}
+    for text in found:
+        if not NAME.match(text):
+            raise _problem(path, "datasets.match", f"{text!r} is not a usable dataset name")
+        out[text] = _overrides(path, "datasets.set", _fill(value.get("set"), name, text))
+    return out
+
+
+def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
+    """Read and check an experiment file: every cell's configuration is loaded (and its
+    data files found) before anything runs.
+
+    Raises:
+        ConfigError: the first problem, naming the file and the key.
+    """
+    path = Path(path)
+    try:
+        data = recipe_loader.load_yaml_text(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the experiment file ({error.strerror})") from None
+    except yaml.YAMLError as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else "not YAML"
+        raise ConfigError(f"{path}: not a YAML experiment file ({first})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with systems:, got {data!r}")
+    for key in data:
+        if key not in KEYS:
+            raise _problem(path, str(key), f"unknown key (valid: {', '.join(sorted(KEYS))})")
+    systems = data.get("systems")
+    if not isinstance(systems, dict) or not systems:
+        raise _problem(path, "systems", "expected a mapping of NAME: {recipe: ..., set: ...}")
+    seeds = data.get("seeds", [1])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise _problem(path, "seeds", f"expected a list of integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise _problem(path, "seeds", f"a seed is listed twice: {seeds}")
+    metrics = data.get("metrics")
+    if metrics is not None and not (
+        isinstance(metrics, list) and all(isinstance(m, str) for m in metrics)
+    ):
+        raise _problem(path, "metrics", f"expected a list of metric names, got {metrics!r}")
+    published = data.get("published") or {}
+    if not isinstance(published, dict):
+        raise _problem(path, "published", f"expected a mapping, got {published!r}")
+    for name in published:
+        if name not in systems:
+            raise _problem(path, f"published.{name}", "not a system of this experiment")
+    root, _ = recipe_loader.data_root(data_root)
+    common = _overrides(path, "set", data.get("set"))
+    datasets = _datasets(path, data.get("datasets"), root)
+    cells = []
+    for name, system in systems.items():
+        where = f"systems.{name}"
+        if not NAME.match(str(name)):
+            raise _problem(path, where, "a name of letters, digits, _ + -")
+        if not isinstance(system, dict) or "recipe" not in system:
+            raise _problem(path, where, "expected {recipe: NAME_OR_PATH, set: {...}}")
+        unknown = set(system) - {"recipe", "set"}
+        if unknown:
+            raise _problem(
+                path, f"{where}.{sorted(unknown)[0]}", "unknown key (valid: recipe, set)"
+            )
+        recipe = str(system["recipe"])
+        beside = path.parent / recipe
+        if not Path(recipe).is_absolute() and beside.is_file():
+            recipe = str(beside)  # a path relative to the experiment file
+        try:
+            recipe_loader.recipe_path(recipe)
+        except ConfigError as error:
+            raise _problem(path, f"{where}.recipe", str(error)) from None
+        own = _overrides(path, f"{where}.set", system.get("set"))
+        for dataset, data_overrides in datasets.items():
+            overrides = [*common, *own, *data_overrides]
+            try:
+                configuration.load(recipe, overrides, data_root)
+            except TransduceError as error:
+                cell = where + (f", dataset {dataset}" if dataset is not None else "")
+                raise ConfigError(f"{path}: {cell}: {error}") from None
+            for seed in seeds:
+                cells.append(
+                    Cell(str(name), dataset, seed, recipe, (*overrides, f"train.seed={seed}"))
+                )
+    return Experiment(
+        path,
+        cells,
+        [str(n) for n in systems],
+        list(datasets),
+        list(seeds),
+        metrics,
+        published,
+        data,
+    )
