@@ -81,8 +81,9 @@ def test_parts_cut_a_batch_once_and_contiguously():
 
 
 def gradients(data: dict, accumulate: int, run: Path) -> dict[str, torch.Tensor]:
-    """The gradients of the first update of the recipe `data`, in `accumulate` parts."""
-    data["train"].update(accumulate=accumulate, precision="fp32", clip_norm=1.0)
+    """The gradients of the first update of the recipe `data`, in `accumulate` parts
+    (not clipped: clipping would hide a gradient off by a constant factor)."""
+    data["train"].update(accumulate=accumulate, precision="fp32", clip_norm=None)
     trainer = Trainer(configuration.parse(data), run)
     prepared, model, optimizer, schedule, _ = trainer.setup()
     batch = trainer.batches(prepared, 0)[0]
@@ -100,6 +101,7 @@ def assert_same_gradients(first: dict, second: dict) -> None:
     ("model", "extra"),
     [
         (LSTM, {}),
+        (LSTM, {"loss": {"label_smoothing": 0.1}}),
         ({**TINY_LSTM, "name": "hard", "dropout": 0.0}, {}),  # exact marginalization
         (  # the monotonicity loss, a mean over the target tokens
             TINY_TRANSFORMER,
@@ -110,7 +112,7 @@ def assert_same_gradients(first: dict, second: dict) -> None:
             {"loss": {"monotonicity": {"weight": 0.1, "normalize": "sentences_summed"}}},
         ),
     ],
-    ids=["lstm", "hard", "transformer-mono-tokens", "transformer-mono-sentences"],
+    ids=["lstm", "smoothing", "hard", "transformer-mono-tokens", "transformer-mono-sentences"],
 )
 def test_micro_batches_give_the_gradient_of_the_whole_batch(copy, tmp_path, model, extra):
     whole, parts = (
@@ -332,3 +334,34 @@ def test_nproc_is_refused_beyond_the_gpus_there_are(monkeypatch, tmp_path):
     config = configuration.parse(recipe(tmp_path, LSTM, precision="fp32"))
     with pytest.raises(ConfigError, match=r"--nproc 2: this machine has 1 CUDA devices"):
         launch(2, config, ["train"])
+
+
+def _sum_gradients_in(rank: int, port: int, out: str) -> None:
+    """One of 2 processes: parameter a has a gradient in both, b in none, c in rank 1."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
+    world = World.from_environment()
+    world.start(torch.device("cpu"))
+    a, b, c = (torch.nn.Parameter(torch.zeros(2)) for _ in range(3))
+    a.grad = torch.full((2,), float(rank + 1))
+    if rank == 1:
+        c.grad = torch.tensor([5.0, 6.0])
+    world.sum_gradients([a, b, c])
+    torch.save({"a": a.grad, "b": b.grad, "c": c.grad}, f"{out}.{rank}")
+    world.stop()
+
+
+def test_gradients_are_summed_and_a_parameter_unused_everywhere_keeps_none(tmp_path):
+    """So that Adam skips it, as it does in one process (a zero gradient would move it)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mp.spawn(_sum_gradients_in, args=(port, str(tmp_path / "g")), nprocs=2)
+    for rank in (0, 1):
+        grads = torch.load(tmp_path / f"g.{rank}")
+        assert grads["a"].tolist() == [3.0, 3.0] and grads["b"] is None
+        assert grads["c"].tolist() == [5.0, 6.0]

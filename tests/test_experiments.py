@@ -186,8 +186,17 @@ def test_the_table_against_hand_computed_numbers(tmp_path):
         ({"sets": {}}, "sets: unknown key"),
         ({"seeds": [1, 1]}, "seeds: a seed is listed twice"),
         ({"published": {"nope": {}}}, "published.nope: not a system of this experiment"),
+        ({"published": {"lstm": {"copy": 92.8}}}, "published.lstm.copy: expected METRIC: num"),
+        ({"published": {"lstm": {"german": {"acc": 1}}}}, "published.lstm.german: not a dataset"),
+        ({"published": {"lstm": {"copy": {"acc": "x"}}}}, "published.lstm.copy.acc: expected a"),
+        ({"metrics": ["accuracy"]}, "metrics: unknown metric 'accuracy'"),
+        ({"seeds": [True]}, "seeds: expected a list of integers"),
     ],
-    ids=["unknown-recipe", "empty-pattern", "unknown-setting", "unknown-key", "seeds", "published"],
+    ids=[
+        *("unknown-recipe", "empty-pattern", "unknown-setting", "unknown-key", "seeds"),
+        *("published", "published-shape", "published-dataset", "published-number"),
+        *("metric", "seed-bool"),
+    ],
 )
 def test_bad_experiment_files_fail_before_any_run(grid, tmp_path, change, message):
     data = yaml.safe_load(grid.read_text())
@@ -206,3 +215,36 @@ def test_bad_experiment_files_fail_before_any_run(grid, tmp_path, change, messag
     if change == {"set": {"train.bogus": 1}}:
         assert "train.bogus: unknown key" in lines[0]
     assert not (tmp_path / "exp").exists()
+
+
+@pytest.mark.slow
+def test_the_grid_on_a_real_local_ray_cluster_gives_the_local_table(grid, tmp_path):
+    """`--executor ray` (a local Ray cluster started for the run, real Ray tasks): the
+    same table as the local executor, for the same seeds and threads (1 per cell)."""
+    pytest.importorskip("ray")
+    tables = {}
+    for executor, options in (("local", ["--workers", "2"]), ("ray", ["--cpus", "1"])):
+        out = tmp_path / executor
+        result = run_experiment(
+            "run", grid, "--out", out, "--executor", executor, *options, cwd=tmp_path
+        )
+        assert result.returncode == 0, result.stderr
+        report_file = tmp_path / f"{executor}.json"
+        assert run_experiment("report", out, "--json", report_file, cwd=tmp_path).returncode == 0
+        tables[executor] = json.loads(report_file.read_text())["rows"]
+    assert tables["ray"] == tables["local"]
+    assert all(row["n"] == 2 for row in tables["ray"])
+    # a cluster that is not there: one line
+    wrong = run_experiment(
+        "run", grid, "--out", tmp_path / "x", "--executor", "ray", "--address", "127.0.0.1:9",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert wrong.returncode == 2 and "no Ray cluster to join" in wrong.stderr, wrong.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_ray_options_belong_to_the_ray_executor(grid, tmp_path):
+    result = run_experiment("run", grid, "--out", tmp_path / "x", "--gpus", "0.5", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "--address, --cpus and --gpus are options of --executor ray" in result.stderr
+    assert not (tmp_path / "x").exists()

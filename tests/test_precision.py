@@ -100,11 +100,13 @@ def test_train_refuses_them_before_touching_the_run_directory(copy, tmp_path, mo
         assert result.exit_code == 2 and "sees no CUDA device" in result.output
 
 
-def test_the_old_bf16_key_says_what_replaced_it():
+def test_the_old_bf16_key_is_read_as_the_precision():
+    """A run's config.yaml of transduce < 0.4 holds train.bf16: `--resume` reads it."""
+    base = {"data": {"prepared": "p"}, "model": {"name": "lstm"}}
+    for old, new in ((True, "bf16"), (False, "fp32")):
+        assert configuration.parse({**base, "train": {"bf16": old}}).train.precision == new
     with pytest.raises(ConfigError, match="train.bf16: unknown key .replaced by train.precision"):
-        configuration.parse(
-            {"data": {"prepared": "p"}, "model": {"name": "lstm"}, "train": {"bf16": True}}
-        )
+        configuration.parse({**base, "train": {"bf16": True, "precision": "fp32"}})
     old = {"config": {"train": {"bf16": True}}, "versions": {"transduce": "0.3.1"}}
     assert checkpoint.upgrade(old)["config"]["train"] == {"precision": "bf16"}
 

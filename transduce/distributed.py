@@ -40,10 +40,14 @@ from typing import Any
 
 import torch
 
-from transduce.errors import TransduceError
+from transduce.errors import ConfigError, TransduceError
 
 # collectives wait this long for the others (rank 0 validates and tests alone meanwhile)
 TIMEOUT = datetime.timedelta(hours=2)
+
+
+# what a collective says when another process has gone (gloo, NCCL, the TCP store)
+PEER_GONE = ("connection closed", "connection reset", "broken pipe", "peer", "timed out")
 
 
 class PeerFailed(TransduceError):
@@ -55,7 +59,10 @@ def _together() -> Iterator[None]:
     """A collective operation: a peer that has gone is a `PeerFailed`, not a traceback."""
     try:
         yield
-    except RuntimeError:
+    except RuntimeError as error:
+        text = str(error).lower()
+        if not any(sign in text for sign in PEER_GONE):
+            raise  # this process's own trouble (out of memory, ...): its own message
         raise PeerFailed("another training process stopped first (its message says why)") from None
 
 
@@ -83,11 +90,18 @@ class World:
     def from_environment(cls) -> World:
         """The world `torchrun` describes in WORLD_SIZE, RANK and LOCAL_RANK (one process
         when they are absent)."""
-        size = int(os.environ.get("WORLD_SIZE", "1"))
-        if size <= 1:
-            return cls()
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", str(size)))
-        return cls(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", "0")), local)
+        try:
+            size = int(os.environ.get("WORLD_SIZE", "1"))
+            if size <= 1:
+                return cls()
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", str(size)))
+            rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+        except (KeyError, ValueError) as error:
+            raise ConfigError(
+                f"WORLD_SIZE, RANK, LOCAL_RANK: not a torchrun environment ({error}); launch "
+                "with torchrun or `transduce train --nproc N`"
+            ) from None
+        return cls(rank, size, local_rank, local)
 
     def threads(self, threads: int) -> int:
         """A process's share of the CPU threads of the run (`train.threads`) on this machine."""
@@ -169,8 +183,9 @@ class World:
                 dist.broadcast(tensor.data, src=0)
 
     def sum_gradients(self, parameters: Sequence[torch.nn.Parameter]) -> None:
-        """Sum the gradients of `parameters` over the processes, in one all-reduce (a
-        parameter without a gradient in a process counts as zero there)."""
+        """Sum the gradients of `parameters` over the processes, in one all-reduce. A
+        parameter without a gradient in a process counts as zero there; one without a
+        gradient in every process keeps none (so the optimizer skips it, as in one)."""
         if not self.active or not parameters:
             return
         import torch.distributed as dist
@@ -178,12 +193,17 @@ class World:
         grads = [
             p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters
         ]  # fmt: skip
+        # which parameters have a gradient somewhere: known on the host, agreed on the
+        # CPU (gloo), so that no GPU has to wait for it
+        had = torch.tensor([float(p.grad is not None) for p in parameters])
         flat = torch.cat([g.reshape(-1) for g in grads])  # all gradients, one after another
         with _together():
+            dist.all_reduce(had, group=self._control)
             dist.all_reduce(flat)
+        anywhere = [bool(v) for v in had.tolist()]
         offset = 0
-        for p, g in zip(parameters, grads):
-            p.grad = flat[offset : offset + g.numel()].view_as(g)
+        for p, g, used in zip(parameters, grads, anywhere):
+            p.grad = flat[offset : offset + g.numel()].view_as(g) if used else None
             offset += g.numel()
 
     def parts(self, indices: list[int], accumulate: int) -> Iterator[list[int]]:

@@ -40,8 +40,9 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 @functools.cache
 def bf16_works(device_type: str) -> bool:
     """Whether bfloat16 autocast runs on `device_type` ("cpu", "cuda"), LSTMs included."""
-    if device_type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device_type == "cuda":  # native only: before Ampere it is emulated, slow, and
+        # cuDNN has no bfloat16 LSTM
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
     probe = torch.nn.LSTM(4, 4, batch_first=True)
     try:
         with torch.no_grad(), torch.autocast(device_type, dtype=torch.bfloat16):

@@ -580,6 +580,8 @@ class Trainer:
             loss = self.task.training_loss(model, data, part, number, share)
             self.scaler.scale(loss).backward()
             loss_sum += loss.detach().float()
+        if self.scaler.is_enabled() and self.scaler._scale is None:  # no part here (a batch
+            self.scaler.scale(loss_sum)  # smaller than the processes): start the scaler
         parameters = [p for p in model.parameters() if p.requires_grad]
         self.world.sum_gradients(parameters)
         clip = self.config.train.clip_norm

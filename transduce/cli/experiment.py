@@ -10,8 +10,10 @@ import typer
 
 from transduce.cli import ui
 from transduce.cli.app import app
-from transduce.cli.common import Verbosity
+from transduce.cli.common import Verbosity, choices
 from transduce.errors import EXIT_INTERRUPTED, ConfigError
+
+Executor = choices("Executor", ("local", "ray"))
 
 experiment_app = typer.Typer(
     name="experiment",
@@ -49,6 +51,25 @@ def run_command(
         Path | None,
         typer.Option(metavar="DIR", help="The folder of $DATA/ paths.", show_default="as train"),
     ] = None,
+    executor: Annotated[
+        Executor,
+        typer.Option(help="local: processes here; ray: Ray tasks (the ray extra)."),
+    ] = Executor.local,  # type: ignore[attr-defined]
+    address: Annotated[
+        str | None,
+        typer.Option(
+            metavar="ADDR",
+            help="The Ray cluster to join (ray only).",
+            show_default="a local one, started for the run",
+        ),
+    ] = None,
+    cpus: Annotated[
+        float, typer.Option(min=0.01, metavar="N", help="CPUs a Ray cell asks for (its threads).")
+    ] = 1.0,
+    gpus: Annotated[
+        float,
+        typer.Option(min=0.0, metavar="F", help="GPUs a Ray cell asks for (0.25: 4 share one)."),
+    ] = 0.0,
     verbosity: Verbosity = None,
 ) -> None:
     """Run every cell not finished yet; again after a stop, to go on."""
@@ -56,6 +77,15 @@ def run_command(
     from transduce.io import DirectoryLock
     from transduce.progress import clock
 
+    ray = executor.value == "ray"
+    if not ray and (address is not None or cpus != 1.0 or gpus != 0.0):
+        raise ConfigError("--address, --cpus and --gpus are options of --executor ray")
+    if ray and workers is not None:
+        raise ConfigError("--workers is of --executor local (Ray places cells by --cpus/--gpus)")
+    if ray and address is not None:
+        from transduce.experiments.ray_executor import reachable
+
+        reachable(address)
     loaded = spec.load(experiment, data_root)
     directory = out or Path("experiments") / experiment.stem
     if directory.exists() and not directory.is_dir():
@@ -64,15 +94,15 @@ def run_command(
     lock = DirectoryLock(directory / ".lock", directory).acquire()
     try:
         count = workers or runner.default_workers()
-        threads = runner.threads_per_cell(count)
+        threads = max(1, int(cpus)) if ray else runner.threads_per_cell(count)
         todo = [c for c in loaded.cells if not runner.finished(directory / runner.RUNS / c.id)]
         each = f"{threads} thread{'s' if threads > 1 else ''} each"
+        how = f"as Ray tasks, {cpus:g} CPU and {gpus:g} GPU" if ray else f"{count} at a time"
         ui.info(
             f"{len(loaded.cells)} cells in {directory}: {len(loaded.cells) - len(todo)} finished "
-            f"before, {len(todo)} to run ({count} at a time, {each})"
+            f"before, {len(todo)} to run ({how}, {each})"
         )
         runner.write_state(directory, runner.state(loaded, directory, []))
-        started = len(loaded.cells) - len(todo)
 
         def progress(outcomes: list[runner.Outcome]) -> None:
             data = runner.state(loaded, directory, outcomes)
@@ -93,15 +123,26 @@ def run_command(
                 f"{statuses.count(runner.FAILED)} failed{eta}"
             )
 
-        executor = runner.LocalExecutor(directory, count, threads, data_root, ui.info)
-        outcomes = executor.run(todo, progress)
+        chosen: runner.Executor
+        if ray:
+            from transduce.experiments.ray_executor import RayExecutor
+
+            chosen = RayExecutor(
+                directory, cpus, gpus, address, data_root=data_root, announce=ui.info
+            )
+        else:
+            chosen = runner.LocalExecutor(
+                directory, count, threads, data_root=data_root, announce=ui.info
+            )
+        outcomes = chosen.run(todo, progress)
     finally:
         lock.release()
     failed = [o for o in outcomes if o.status == runner.FAILED]
-    if executor.stopping:
+    left = [c for c in loaded.cells if not runner.finished(directory / runner.RUNS / c.id)]
+    if chosen.stopping and left:
         ui.stderr.print(
-            f"stopped: {started + sum(o.status == runner.DONE for o in outcomes)} of "
-            f"{len(loaded.cells)} cells finished; run the same command again to go on",
+            f"stopped: {len(loaded.cells) - len(left)} of {len(loaded.cells)} cells "
+            "finished; run the same command again to go on",
             markup=False,
             highlight=False,
         )

@@ -21,9 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from transduce.experiments.runner import RUNS, finished
-from transduce.experiments.spec import Experiment
-
-AVERAGE = "average"
+from transduce.experiments.spec import AVERAGE, Experiment
 
 
 @dataclass

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,8 +45,9 @@ def finished(run_dir: Path) -> bool:
     except (OSError, ValueError):
         return False
     testing = ((report.get("config") or {}).get("train") or {}).get("test", True)
+    no_test = (report.get("data") or {}).get("test_sources") is None  # nothing to test
     return report.get("stop") not in (None, "interrupted") and (
-        report.get("test") is not None or not testing
+        report.get("test") is not None or not testing or no_test
     )
 
 
@@ -77,39 +78,48 @@ def _last_line(log: Path) -> str:
     return next((line for line in reversed(lines) if line), "")
 
 
-class LocalExecutor:
-    """Run cells as `transduce train` processes, `workers` at a time."""
+class Executor:
+    """What every executor does: the `transduce train` command of a cell, its log, what
+    its exit status means, and Ctrl-C (`stopping`: no new cell starts)."""
 
     def __init__(
         self,
         directory: Path,
-        workers: int,
         threads: int,
         data_root: str | Path | None = None,
         announce: Callable[[str], None] = lambda text: None,
     ) -> None:
-        self.directory, self.workers, self.threads = Path(directory), workers, threads
+        self.directory, self.threads = Path(directory), threads
         self.data_root, self.announce = data_root, announce
         self.stopping = False
 
-    def command(self, cell: Cell, resume: bool) -> list[str]:
-        """The `transduce train` command of a cell."""
+    def command(self, cell: Cell) -> list[str]:
+        """The `transduce train` command of a cell (`--resume` when it has a last.pt)."""
+        run_dir = self.directory / RUNS / cell.id
         command = [sys.executable, "-m", "transduce", "train", "--config", cell.recipe]
-        command += ["--out", str(self.directory / RUNS / cell.id)]
-        for override in (*cell.overrides, f"train.threads={self.threads}"):
+        command += ["--out", str(run_dir.resolve())]
+        for override in (f"train.threads={self.threads}", *cell.overrides):  # the file's last
             command += ["--set", override]
         if self.data_root is not None:
-            command += ["--data-root", str(self.data_root)]
-        return command + (["--resume"] if resume else [])
+            command += ["--data-root", str(Path(self.data_root).resolve())]
+        return command + (["--resume"] if (run_dir / "last.pt").is_file() else [])
 
-    def run(self, cells: list[Cell], report: Callable[[list[Outcome]], None]) -> list[Outcome]:
-        """Run `cells` (those not finished); `report` is called after each change."""
-        (self.directory / LOGS).mkdir(parents=True, exist_ok=True)
-        pending = list(cells)
-        running: dict[subprocess.Popen[bytes], tuple[Cell, float]] = {}
-        outcomes: list[Outcome] = []
-        handler = signal.getsignal(signal.SIGINT)
-        main_thread = threading.current_thread() is threading.main_thread()
+    def log(self, cell: Cell) -> Path:
+        return (self.directory / LOGS / f"{cell.id}.log").resolve()
+
+    def outcome(self, cell: Cell, code: int, seconds: float) -> Outcome:
+        if code == 0:
+            return Outcome(cell, DONE, seconds)
+        if code == EXIT_INTERRUPTED or (self.stopping and code < 0):
+            return Outcome(cell, INTERRUPTED, seconds)
+        return Outcome(cell, FAILED, seconds, f"exit {code}: {_last_line(self.log(cell))}")
+
+    @contextlib.contextmanager
+    def interrupts(self) -> Iterator[None]:
+        """While running: the first Ctrl-C sets `stopping` (the cells see it themselves)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
 
         def stop(signum: int, frame: Any) -> None:
             if not self.stopping:  # a raw write: a signal may come in the middle of a print
@@ -117,40 +127,44 @@ class LocalExecutor:
                     os.write(2, STOPPING)
             self.stopping = True
 
-        if main_thread:
-            signal.signal(signal.SIGINT, stop)
+        previous = signal.signal(signal.SIGINT, stop)
         try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+class LocalExecutor(Executor):
+    """Run cells as `transduce train` processes on this machine, `workers` at a time.
+    They share this command's process group, so a Ctrl-C at the terminal reaches them."""
+
+    def __init__(self, directory: Path, workers: int, threads: int, **kwargs: Any) -> None:
+        super().__init__(directory, threads, **kwargs)
+        self.workers = workers
+
+    def run(self, cells: list[Cell], report: Callable[[list[Outcome]], None]) -> list[Outcome]:
+        """Run `cells` (those not finished); `report` is called after each change."""
+        (self.directory / LOGS).mkdir(parents=True, exist_ok=True)
+        pending = list(cells)
+        running: dict[subprocess.Popen[bytes], tuple[Cell, float]] = {}
+        outcomes: list[Outcome] = []
+        with self.interrupts():
             while pending or running:
                 while pending and len(running) < self.workers and not self.stopping:
                     cell = pending.pop(0)
-                    run_dir = self.directory / RUNS / cell.id
-                    resume = (run_dir / "last.pt").is_file()
-                    log = open(self.directory / LOGS / f"{cell.id}.log", "ab")  # noqa: SIM115
-                    with log:
-                        process = subprocess.Popen(
-                            self.command(cell, resume), stdout=log, stderr=subprocess.STDOUT
-                        )
+                    command = self.command(cell)
+                    with open(self.log(cell), "ab") as log:
+                        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
                     running[process] = (cell, time.monotonic())
-                    self.announce(f"{'resumed' if resume else 'started'} {cell.id}")
+                    self.announce(f"{'resumed' if '--resume' in command else 'started'} {cell.id}")
                 if self.stopping and not running:
                     break
                 time.sleep(0.1)
                 for process in [p for p in running if p.poll() is not None]:
                     cell, started = running.pop(process)
-                    seconds = time.monotonic() - started
                     code = process.returncode
-                    if code == 0:
-                        outcome = Outcome(cell, DONE, seconds)
-                    elif code == EXIT_INTERRUPTED or (self.stopping and code < 0):
-                        outcome = Outcome(cell, INTERRUPTED, seconds)
-                    else:
-                        error = _last_line(self.directory / LOGS / f"{cell.id}.log")
-                        outcome = Outcome(cell, FAILED, seconds, f"exit {code}: {error}")
-                    outcomes.append(outcome)
+                    outcomes.append(self.outcome(cell, code, time.monotonic() - started))
                     report(outcomes)
-        finally:
-            if main_thread:
-                signal.signal(signal.SIGINT, handler)
         return outcomes
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ from transduce.errors import ConfigError, TransduceError
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_+-]*$")  # system and dataset names: run dirs
 KEYS = {"systems", "datasets", "seeds", "set", "metrics", "published"}
 FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+AVERAGE = "average"  # the report's row over the datasets: not a dataset's name
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ def _datasets(path: Path, value: Any, root: Path) -> dict[str | None, list[str]]
     if "match" not in value:
         out: dict[str | None, list[str]] = {}
         for name, overrides in value.items():
-            if not NAME.match(str(name)):
+            if not NAME.match(str(name)) or name == AVERAGE:
                 raise _problem(path, f"datasets.{name}", "a name of letters, digits, _ + -")
             out[str(name)] = _overrides(path, f"datasets.{name}", overrides)
         return out
@@ -132,12 +134,10 @@ def _datasets(path: Path, value: Any, root: Path) -> dict[str | None, list[str]]
             path, "datasets.match", f"a path with one {{field}} naming the dataset, not {pattern!r}"
         )
     name = fields[0]
-    placed = (
-        pattern.replace(recipe_loader.DATA, str(root), 1)
-        if pattern.startswith(recipe_loader.DATA)
-        else pattern
-    )
-    placed = str(path.parent / placed) if not Path(placed).is_absolute() else placed
+    if pattern.startswith(recipe_loader.DATA):  # as `train` places $DATA/: from here
+        placed = pattern.replace(recipe_loader.DATA, os.path.abspath(root.expanduser()), 1)
+    else:  # a path of its own: relative to the experiment file
+        placed = str((path.parent / Path(pattern).expanduser()).absolute())
     regex = re.compile(
         "^" + re.escape(placed).replace(re.escape("{" + name + "}"), "(?P<field>.+)") + "$"
     )
@@ -160,10 +160,28 @@ def _datasets(path: Path, value: Any, root: Path) -> dict[str | None, list[str]]
         )
     out = {}
     for text in found:
-        if not NAME.match(text):
+        if not NAME.match(text) or text == AVERAGE:
             raise _problem(path, "datasets.match", f"{text!r} is not a usable dataset name")
         out[text] = _overrides(path, "datasets.set", _fill(value.get("set"), name, text))
     return out
+
+
+def _check_published(path: Path, published: dict[str, Any], datasets: list[str]) -> None:
+    """published: SYSTEM: DATASET (or average): METRIC: number, or SYSTEM: METRIC: number
+    without datasets."""
+    for system, numbers in published.items():
+        groups = numbers if datasets else {None: numbers}
+        if not isinstance(groups, dict):
+            raise _problem(path, f"published.{system}", f"expected a mapping, got {groups!r}")
+        for dataset, values in groups.items():
+            where = f"published.{system}" + (f".{dataset}" if dataset is not None else "")
+            if dataset is not None and dataset not in (*datasets, AVERAGE):
+                raise _problem(path, where, f"not a dataset of this experiment (or {AVERAGE})")
+            if not isinstance(values, dict):
+                raise _problem(path, where, f"expected METRIC: number, got {values!r}")
+            for metric, value in values.items():
+                if type(value) not in (int, float):
+                    raise _problem(path, f"{where}.{metric}", f"expected a number, got {value!r}")
 
 
 def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
@@ -190,15 +208,20 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
     if not isinstance(systems, dict) or not systems:
         raise _problem(path, "systems", "expected a mapping of NAME: {recipe: ..., set: ...}")
     seeds = data.get("seeds", [1])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+    if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
         raise _problem(path, "seeds", f"expected a list of integers, got {seeds!r}")
     if len(set(seeds)) != len(seeds):
         raise _problem(path, "seeds", f"a seed is listed twice: {seeds}")
     metrics = data.get("metrics")
-    if metrics is not None and not (
-        isinstance(metrics, list) and all(isinstance(m, str) for m in metrics)
-    ):
-        raise _problem(path, "metrics", f"expected a list of metric names, got {metrics!r}")
+    if metrics is not None:
+        from transduce.metrics import METRICS
+
+        if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+            raise _problem(path, "metrics", f"expected a list of metric names, got {metrics!r}")
+        for name in metrics:
+            if name.split("_")[0] not in METRICS:  # tagacc_oov: a part of tagacc
+                valid = ", ".join(METRICS)
+                raise _problem(path, "metrics", f"unknown metric {name!r} (valid: {valid})")
     published = data.get("published") or {}
     if not isinstance(published, dict):
         raise _problem(path, "published", f"expected a mapping, got {published!r}")
@@ -208,6 +231,7 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
     root, _ = recipe_loader.data_root(data_root)
     common = _overrides(path, "set", data.get("set"))
     datasets = _datasets(path, data.get("datasets"), root)
+    _check_published(path, published, [d for d in datasets if d is not None])
     cells = []
     for name, system in systems.items():
         where = f"systems.{name}"

@@ -1,0 +1,126 @@
+"""The Ray executor (`transduce experiment run ... --executor ray`, the `ray` extra): each
+cell is a Ray task asking for `cpus` CPUs and `gpus` GPUs (a fraction lets several small
+character-level models share one GPU), which runs the cell's `transduce train` command
+where Ray places it. Ray schedules; this module only submits, waits and records.
+
+The run directories must be on a path every node of the cluster sees (they are given to
+`transduce train` as absolute paths), as must the data and the Python environment with
+transduce installed: a local cluster (`ray.init()`, or `ray start --head` on this machine)
+has them all. Ctrl-C cancels the tasks: those not started never start, the running ones
+pass a SIGINT to their `transduce train`, which stops after its update and writes last.pt;
+the same command again goes on where it stopped.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from transduce.errors import ConfigError
+from transduce.experiments.runner import LOGS, Executor, Outcome
+from transduce.experiments.spec import Cell
+
+
+def train_cell(command: list[str], log: str) -> tuple[int, float]:
+    """Run one cell's command with its output appended to `log` (in a Ray worker); its
+    exit status and seconds. A cancelled task passes SIGINT on and waits for the run."""
+    start = time.monotonic()
+    with open(log, "ab") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            code = process.wait()
+        except KeyboardInterrupt:  # ray.cancel: stop after the update, as Ctrl-C does
+            process.send_signal(signal.SIGINT)
+            code = process.wait()
+    return code, time.monotonic() - start
+
+
+def reachable(address: str, seconds: float = 5.0) -> None:
+    """Refuse in one line a HOST:PORT (or ray://HOST:PORT) that nothing listens on: Ray
+    itself would wait for minutes."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", or another form: Ray's to judge
+    try:
+        socket.create_connection((host, int(port)), timeout=seconds).close()
+    except OSError as error:
+        raise ConfigError(
+            f"--address {address}: no Ray cluster to join ({error.strerror or error})"
+        ) from None
+
+
+class RayExecutor(Executor):
+    """Run cells as Ray tasks on the cluster at `address` (None: a local one, started and
+    stopped here)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        cpus: float,
+        gpus: float,
+        address: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(directory, max(1, int(cpus)), **kwargs)
+        self.cpus, self.gpus, self.address = cpus, gpus, address
+
+    def run(self, cells: list[Cell], report: Callable[[list[Outcome]], None]) -> list[Outcome]:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--executor ray: needs Ray: pip install 'transduce[ray]'") from None
+        (self.directory / LOGS).mkdir(parents=True, exist_ok=True)
+        started_here = not ray.is_initialized()
+        if started_here and self.address is not None:
+            reachable(self.address)
+        if started_here:
+            try:
+                ray.init(
+                    address=self.address,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
+            except (ConnectionError, RuntimeError, ValueError) as error:
+                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                raise ConfigError(
+                    f"--address {self.address}: no Ray cluster to join ({first})"
+                ) from None
+        task = ray.remote(train_cell).options(num_cpus=self.cpus, num_gpus=self.gpus)
+        outcomes: list[Outcome] = []
+        try:
+            with self.interrupts():
+                waiting = {}
+                for cell in cells:
+                    command = self.command(cell)
+                    waiting[task.remote(command, str(self.log(cell)))] = cell
+                    self.announce(f"queued {cell.id}{' (resume)' if '--resume' in command else ''}")
+                cancelled = False
+                while waiting:
+                    if self.stopping and not cancelled:
+                        for ref in waiting:
+                            ray.cancel(ref)  # not force: a KeyboardInterrupt in the task
+                        cancelled = True
+                    ready, _ = ray.wait(list(waiting), num_returns=1, timeout=0.2)
+                    for ref in ready:
+                        cell = waiting.pop(ref)
+                        try:
+                            code, seconds = ray.get(ref)
+                        except ray.exceptions.TaskCancelledError:
+                            continue  # never started: still pending
+                        except ray.exceptions.RayError as error:
+                            first = str(error).strip().splitlines()[0]
+                            outcomes.append(Outcome(cell, "failed", 0.0, f"Ray: {first}"))
+                            report(outcomes)
+                            continue
+                        outcomes.append(self.outcome(cell, code, seconds))
+                        report(outcomes)
+        finally:
+            if started_here:
+                ray.shutdown()
+        return outcomes
