@@ -78,6 +78,7 @@ class Interrupts:
 
     def __init__(self, announce: bool = True) -> None:
         self.requested, self.announce = False, announce
+        self.agreed = False  # another training process was asked to stop: this one stops too
         self._previous: Any = None
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -455,7 +456,7 @@ class Trainer:
                     self.validate(model, optimizer, schedule, data, progress, epoch)
                 self._share(progress, schedule)
                 progress.stop = progress.stop or self._reached(limits, progress, interrupts)
-            if progress.stop is None and interrupts.requested:
+            if progress.stop is None and (interrupts.requested or interrupts.agreed):
                 progress.stop = INTERRUPTED
                 progress.elapsed = time.perf_counter() - limits.clock
                 self._collect(progress)
@@ -473,7 +474,7 @@ class Trainer:
             timed, asked = self.world.agree([stop is not None, interrupts.requested])
             if timed and stop is None:
                 stop = f"reached max_minutes ({self.config.train.max_minutes})"
-            interrupts.requested = asked
+            interrupts.agreed = asked  # not `requested`: a SIGINT here later is the first
         return stop
 
     def _collect(self, progress: Progress) -> None:
