@@ -198,7 +198,7 @@ def test_the_table_against_hand_computed_numbers(tmp_path):
         *("metric", "seed-bool"),
     ],
 )
-def test_bad_experiment_files_fail_before_any_run(grid, tmp_path, change, message):
+def test_bad_experiment_files_fail_before_any_run(grid, tmp_path, run, change, message):
     data = yaml.safe_load(grid.read_text())
     if "systems" in change:
         data["systems"] = change["systems"]
@@ -207,10 +207,10 @@ def test_bad_experiment_files_fail_before_any_run(grid, tmp_path, change, messag
         data.update(change)
     bad = grid.parent / f"bad-{tmp_path.name}.yaml"
     bad.write_text(yaml.safe_dump(data))
-    result = run_experiment("run", bad, "--out", tmp_path / "exp", cwd=tmp_path)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: "), result.stderr
+    result = run("experiment", "run", bad, "--out", tmp_path / "exp")  # in-process
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: "), result.output
     assert message in lines[0]
     if change == {"set": {"train.bogus": 1}}:
         assert "train.bogus: unknown key" in lines[0]
@@ -243,8 +243,28 @@ def test_the_grid_on_a_real_local_ray_cluster_gives_the_local_table(grid, tmp_pa
     assert not (tmp_path / "x").exists()
 
 
-def test_ray_options_belong_to_the_ray_executor(grid, tmp_path):
-    result = run_experiment("run", grid, "--out", tmp_path / "x", "--gpus", "0.5", cwd=tmp_path)
-    assert result.returncode == 2
-    assert "--address, --cpus and --gpus are options of --executor ray" in result.stderr
+def test_ray_options_belong_to_the_ray_executor(grid, tmp_path, run):
+    result = run("experiment", "run", grid, "--out", tmp_path / "x", "--gpus", "0.5")
+    assert result.exit_code == 2
+    assert "--address, --cpus and --gpus are options of --executor ray" in result.output
     assert not (tmp_path / "x").exists()
+
+
+def test_shipped_experiments_are_found_by_name():
+    assert "wu2018-g2p-nettalk-small" in spec.shipped_experiments()
+    path = spec.experiment_path("wu2018-g2p-nettalk-small")
+    assert path.is_file() and path.parent == spec.SHIPPED
+    with pytest.raises(spec.ConfigError, match="not a shipped experiment .shipped: wu2018"):
+        spec.experiment_path("no-such-experiment")
+
+
+@pytest.mark.slow
+def test_shipped_experiments_load_with_the_real_data():
+    from .conftest import shared_data
+
+    root = shared_data()
+    if root is None:
+        pytest.skip("the shared datasets are not here")
+    for name in spec.shipped_experiments():
+        loaded = spec.load(name, root)
+        assert loaded.cells and loaded.published

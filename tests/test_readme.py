@@ -138,6 +138,7 @@ def _experiment(work: Path) -> None:
     cap = {"train.max_updates": 4, "train.validate_every": 2, "train.dev_subset": 16}
     data["set"] = {**(data.get("set") or {}), **cap}
     data["seeds"] = data["seeds"][:1]
+    data["datasets"] = dict(list(data["datasets"].items())[:1])  # the first: time
     (work / block.group(2)).write_text(yaml.safe_dump(data, sort_keys=False), "utf-8")
 
 
@@ -202,7 +203,7 @@ def test_the_readme_examples_run(tmp_path: Path):
     if importlib.util.find_spec("matplotlib") is not None:
         assert (work / "plots" / "line5.pdf").is_file()
     table = (work / "table.csv").read_text(encoding="utf-8").splitlines()  # the experiment's
-    assert table[0].startswith("system,dataset,metric") and len(table) == 1 + 2 * 3 * 2
+    assert table[0].startswith("system,dataset,metric") and len(table) == 1 + 2 * 1 * 2
     resumed = json.loads((work / "runs" / "tf" / "train.json").read_text(encoding="utf-8"))
     assert resumed["updates"] == 6, resumed.get("updates")
 

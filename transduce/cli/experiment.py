@@ -28,7 +28,9 @@ def run_command(
     experiment: Annotated[
         Path,
         typer.Argument(
-            metavar="EXPERIMENT", help="The experiment file (YAML).", show_default=False
+            metavar="EXPERIMENT",
+            help="An experiment file (YAML), or a shipped experiment's name.",
+            show_default=False,
         ),
     ],
     out: Annotated[
@@ -87,7 +89,7 @@ def run_command(
 
         reachable(address)
     loaded = spec.load(experiment, data_root)
-    directory = out or Path("experiments") / experiment.stem
+    directory = out or Path("experiments") / loaded.path.stem
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory}: exists and is not a directory; choose another --out")
     directory.mkdir(parents=True, exist_ok=True)

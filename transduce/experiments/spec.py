@@ -184,6 +184,28 @@ def _check_published(path: Path, published: dict[str, Any], datasets: list[str])
                     raise _problem(path, f"{where}.{metric}", f"expected a number, got {value!r}")
 
 
+SHIPPED = Path(__file__).parent / "files"  # the experiments of the papers, by name
+
+
+def shipped_experiments() -> list[str]:
+    """The names of the experiment files shipped with transduce."""
+    return sorted(p.stem for p in SHIPPED.glob("*.yaml"))
+
+
+def experiment_path(name_or_path: str | Path) -> Path:
+    """An experiment file: a path, or the name of a shipped one."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = SHIPPED / f"{str(name_or_path).removesuffix('.yaml')}.yaml"
+    if shipped.is_file():
+        return shipped
+    raise ConfigError(
+        f"{name_or_path}: no such experiment file, and not a shipped experiment "
+        f"(shipped: {', '.join(shipped_experiments())})"
+    )
+
+
 def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
     """Read and check an experiment file: every cell's configuration is loaded (and its
     data files found) before anything runs.
@@ -191,7 +213,7 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
     Raises:
         ConfigError: the first problem, naming the file and the key.
     """
-    path = Path(path)
+    path = experiment_path(path)
     try:
         data = recipe_loader.load_yaml_text(path.read_text(encoding="utf-8"))
     except OSError as error:
