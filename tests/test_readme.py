@@ -41,6 +41,8 @@ CAP = " --set train.max_updates={updates} --set train.validate_every=2 --set tra
 REWRITE = {
     # the main job's test decode is 13,548 words: the decode examples below do it again
     "transduce train --config g2p": "transduce train --config g2p --no-test",
+    "transduce train --config g2p --out runs/g2p-2 --nproc 2":
+        "transduce train --config g2p --out runs/g2p-2 --nproc 2 --no-test",
     "transduce train --config g2p --set train.keep_last=2 --out runs/g2p-kept":
         "transduce train --config g2p --set train.keep_last=2 --out runs/g2p-kept --no-test",
     # a placeholder for any command that prints hypotheses
