@@ -107,6 +107,9 @@ def test_the_old_bf16_key_is_read_as_the_precision():
         assert configuration.parse({**base, "train": {"bf16": old}}).train.precision == new
     with pytest.raises(ConfigError, match="train.bf16: unknown key .replaced by train.precision"):
         configuration.parse({**base, "train": {"bf16": True, "precision": "fp32"}})
+    data = {**base, "train": {"precision": "fp32"}}  # a recipe of today, --set of then
+    configuration.apply_overrides(data, ["train.bf16=true"])
+    assert configuration.parse(data).train.precision == "bf16"
     old = {"config": {"train": {"bf16": True}}, "versions": {"transduce": "0.3.1"}}
     assert checkpoint.upgrade(old)["config"]["train"] == {"precision": "bf16"}
 

@@ -500,6 +500,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
     """Apply `--set section.key=value` overrides (values parsed as YAML) in place."""
     for override in overrides:
         key, sep, text = override.partition("=")
+        if key.strip() == "train.bf16" and text.strip().lower() in ("true", "false"):
+            key, text = "train.precision", "bf16" if text.strip().lower() == "true" else "fp32"
         if not sep or not key.strip():
             raise ConfigError(f"--set {override!r}: expected KEY=VALUE, e.g. train.batch_size=64")
         try:

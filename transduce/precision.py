@@ -42,7 +42,12 @@ def bf16_works(device_type: str) -> bool:
     """Whether bfloat16 autocast runs on `device_type` ("cpu", "cuda"), LSTMs included."""
     if device_type == "cuda":  # native only: before Ampere it is emulated, slow, and
         # cuDNN has no bfloat16 LSTM
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+        if not torch.cuda.is_available():
+            return False
+        try:
+            return torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # torch < 2.4: native bfloat16 is compute capability 8 and later
+            return torch.cuda.get_device_capability()[0] >= 8
     probe = torch.nn.LSTM(4, 4, batch_first=True)
     try:
         with torch.no_grad(), torch.autocast(device_type, dtype=torch.bfloat16):

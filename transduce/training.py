@@ -456,7 +456,10 @@ class Trainer:
                     self.validate(model, optimizer, schedule, data, progress, epoch)
                 self._share(progress, schedule)
                 progress.stop = progress.stop or self._reached(limits, progress, interrupts)
-            if progress.stop is None and (interrupts.requested or interrupts.agreed):
+            # with other processes, only the agreed stop: a SIGINT after the agreement is
+            # the next update's (stopping alone would leave the others waiting)
+            asked = interrupts.agreed if self.world.active else interrupts.requested
+            if progress.stop is None and asked:
                 progress.stop = INTERRUPTED
                 progress.elapsed = time.perf_counter() - limits.clock
                 self._collect(progress)

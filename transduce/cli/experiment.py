@@ -84,6 +84,14 @@ def run_command(
         raise ConfigError("--address, --cpus and --gpus are options of --executor ray")
     if ray and workers is not None:
         raise ConfigError("--workers is of --executor local (Ray places cells by --cpus/--gpus)")
+    for name, value in (("--cpus", cpus), ("--gpus", gpus)):
+        if value > 1 and value != int(value):
+            raise ConfigError(f"{name} {value:g}: above 1, Ray takes whole numbers only")
+    if ray:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError("--executor ray: needs Ray: pip install 'transduce[ray]'")
     if ray and address is not None:
         from transduce.experiments.ray_executor import reachable
 
@@ -150,11 +158,14 @@ def run_command(
         )
         raise typer.Exit(EXIT_INTERRUPTED)
     _show(directory, loaded)
-    if failed:
+    if failed or left:
         for outcome in failed:
             ui.error(
                 f"{outcome.cell.id}: {outcome.error} (log: {directory}/logs/{outcome.cell.id}.log)"
             )
+        unfinished = [c.id for c in left if c.id not in {o.cell.id for o in failed}]
+        if unfinished:
+            ui.error(f"not finished: {', '.join(unfinished)}; run the same command again")
         raise typer.Exit(1)
 
 

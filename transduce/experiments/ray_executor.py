@@ -30,14 +30,28 @@ def train_cell(command: list[str], log: str) -> tuple[int, float]:
     """Run one cell's command with its output appended to `log` (in a Ray worker); its
     exit status and seconds. A cancelled task passes SIGINT on and waits for the run."""
     start = time.monotonic()
+    process = None
     with open(log, "ab") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         try:
-            code = process.wait()
+            process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_sigint_unblocked
+            )
+            while True:  # short waits: ray.cancel's KeyboardInterrupt comes between them
+                try:
+                    return process.wait(timeout=0.5), time.monotonic() - start
+                except subprocess.TimeoutExpired:
+                    continue
         except KeyboardInterrupt:  # ray.cancel: stop after the update, as Ctrl-C does
+            if process is None:
+                return 130, time.monotonic() - start
             process.send_signal(signal.SIGINT)
-            code = process.wait()
-    return code, time.monotonic() - start
+            return process.wait(), time.monotonic() - start
+
+
+def _sigint_unblocked() -> None:
+    """In the cell's process: Ray starts its workers with SIGINT blocked, and a child
+    inherits the mask; `transduce train` must get the SIGINT of a cancel."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def reachable(address: str, seconds: float = 5.0) -> None:
@@ -70,6 +84,8 @@ class RayExecutor(Executor):
         self.cpus, self.gpus, self.address = cpus, gpus, address
 
     def run(self, cells: list[Cell], report: Callable[[list[Outcome]], None]) -> list[Outcome]:
+        if not cells:
+            return []
         try:
             import ray
         except ImportError:
@@ -88,10 +104,19 @@ class RayExecutor(Executor):
                 )
             except (ConnectionError, RuntimeError, ValueError) as error:
                 first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                where = f"--address {self.address}: no Ray cluster to join"
                 raise ConfigError(
-                    f"--address {self.address}: no Ray cluster to join ({first})"
+                    f"{where if self.address else 'Ray could not start here'} ({first})"
                 ) from None
-        task = ray.remote(train_cell).options(num_cpus=self.cpus, num_gpus=self.gpus)
+        have = ray.cluster_resources()
+        for name, asked in (("CPU", self.cpus), ("GPU", self.gpus)):
+            if asked > have.get(name, 0):
+                raise ConfigError(
+                    f"--{name.lower()}s {asked:g}: the Ray cluster has {have.get(name, 0):g} "
+                    f"{name}s, so no cell could ever start"
+                )
+        # no retries: a retried task would run a command decided before the first attempt
+        task = ray.remote(train_cell).options(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=0)
         outcomes: list[Outcome] = []
         try:
             with self.interrupts():
@@ -114,8 +139,9 @@ class RayExecutor(Executor):
                         except ray.exceptions.TaskCancelledError:
                             continue  # never started: still pending
                         except ray.exceptions.RayError as error:
-                            first = str(error).strip().splitlines()[0]
-                            outcomes.append(Outcome(cell, "failed", 0.0, f"Ray: {first}"))
+                            lines = [x for x in str(error).strip().splitlines() if x.strip()]
+                            why = lines[-1].strip() if lines else type(error).__name__
+                            outcomes.append(Outcome(cell, "failed", 0.0, f"Ray: {why}"))
                             report(outcomes)
                             continue
                         outcomes.append(self.outcome(cell, code, seconds))

@@ -1,5 +1,6 @@
 """Running an experiment's cells: each one `transduce train` in a process of its own, in
-EXP_DIR/runs/CELL_ID/, N at a time on this machine (the local executor).
+EXP_DIR/runs/CELL_ID/, N at a time on this machine (the local executor; the Ray executor
+is `transduce.experiments.ray_executor`).
 
 The run directories are the state: a cell whose train.json says it finished is skipped
 (not even started, so its files are untouched), one with a last.pt is continued with
@@ -10,7 +11,8 @@ Ctrl-C reaches the running cells (they share the terminal's process group): each
 after its update and writes last.pt, as `transduce train` does, and no new cell starts;
 the command exits with 130 once they have. A cell that fails (its exit status, and the
 last line of its log in EXP_DIR/logs/CELL_ID.log) is reported and does not stop the
-others. EXP_DIR/cells.json records every cell's state after each change.
+others. EXP_DIR/cells.json records every cell's state (done, failed, interrupted,
+pending) after each change.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from transduce import recipe_loader
 from transduce.errors import EXIT_INTERRUPTED, ConfigError
 from transduce.experiments.spec import Cell, Experiment
 from transduce.io import atomic_write_text
@@ -96,12 +99,14 @@ class Executor:
     def command(self, cell: Cell) -> list[str]:
         """The `transduce train` command of a cell (`--resume` when it has a last.pt)."""
         run_dir = self.directory / RUNS / cell.id
-        command = [sys.executable, "-m", "transduce", "train", "--config", cell.recipe]
+        recipe = str(Path(cell.recipe).resolve()) if Path(cell.recipe).is_file() else cell.recipe
+        command = [sys.executable, "-m", "transduce", "train", "--config", recipe]
         command += ["--out", str(run_dir.resolve())]
         for override in (f"train.threads={self.threads}", *cell.overrides):  # the file's last
             command += ["--set", override]
-        if self.data_root is not None:
-            command += ["--data-root", str(Path(self.data_root).resolve())]
+        # absolute: a cell may run elsewhere (a Ray worker), in another directory
+        root, _ = recipe_loader.data_root(self.data_root)
+        command += ["--data-root", os.path.abspath(root.expanduser())]
         return command + (["--resume"] if (run_dir / "last.pt").is_file() else [])
 
     def log(self, cell: Cell) -> Path:

@@ -169,8 +169,13 @@ def _datasets(path: Path, value: Any, root: Path) -> dict[str | None, list[str]]
 def _check_published(path: Path, published: dict[str, Any], datasets: list[str]) -> None:
     """published: SYSTEM: DATASET (or average): METRIC: number, or SYSTEM: METRIC: number
     without datasets."""
+    from transduce.metrics import METRICS
+
     for system, numbers in published.items():
         groups = numbers if datasets else {None: numbers}
+        if datasets and isinstance(groups, dict):
+            groups = {str(k): v for k, v in groups.items()}
+            published[system] = groups
         if not isinstance(groups, dict):
             raise _problem(path, f"published.{system}", f"expected a mapping, got {groups!r}")
         for dataset, values in groups.items():
@@ -180,6 +185,9 @@ def _check_published(path: Path, published: dict[str, Any], datasets: list[str])
             if not isinstance(values, dict):
                 raise _problem(path, where, f"expected METRIC: number, got {values!r}")
             for metric, value in values.items():
+                if str(metric).split("_")[0] not in METRICS:
+                    valid = ", ".join(METRICS)
+                    raise _problem(path, f"{where}.{metric}", f"not a metric (valid: {valid})")
                 if type(value) not in (int, float):
                     raise _problem(path, f"{where}.{metric}", f"expected a number, got {value!r}")
 
