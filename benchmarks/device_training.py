@@ -154,12 +154,9 @@ def main() -> None:
     if args.child:
         child(*args.child)
         return
-    prepared = args.prepared
-    if prepared is None:
-        from transduce.data.prepare import PrepareRequest, prepare
+    from train_throughput import embedded_cmudict
 
-        prepared = str(Path(tempfile.mkdtemp()) / "cmudict")
-        prepare(PrepareRequest("cmudict", Path(prepared)))
+    prepared = embedded_cmudict(args.prepared)
     results = {}
     for recipe in args.recipes.split(","):
         entry: dict = {}

@@ -81,6 +81,17 @@ def transformer_config():
     )
 
 
+def embedded_cmudict(prepared: str | None) -> str:
+    """`prepared`, or the embedded CMUdict prepared into a temporary directory."""
+    if prepared is not None:
+        return prepared
+    from transduce.data.prepare import PrepareRequest, prepare
+
+    directory = Path(tempfile.mkdtemp()) / "cmudict"
+    prepare(PrepareRequest("cmudict", directory))
+    return str(directory)
+
+
 def trainer_setup(data: dict):
     """The trainer of the recipe `data` (a tagger's too), ready to call `update`: the
     trainer, its loaded data, model (seed 1, in training mode), optimizer, schedule and
@@ -325,12 +336,7 @@ def main() -> None:
         raise SystemExit("--peer and --peer-file: give one (a file is read, --peer measures)")
     if mode == "measure" and not (args.peer_bench and peer_is_set_up()):
         raise SystemExit("--peer measure: run `bash ../shared/peer-bench/peer.sh setup` first")
-    prepared = args.prepared
-    if prepared is None:
-        from transduce.data.prepare import PrepareRequest, prepare
-
-        prepared = str(Path(tempfile.mkdtemp()) / "cmudict")
-        prepare(PrepareRequest("cmudict", Path(prepared)))
+    prepared = embedded_cmudict(args.prepared)
     results = {}
     for row in args.rows.split(","):
         if ROWS[row][3] and not bf16_works("cpu"):

@@ -84,9 +84,10 @@ def upgrade(payload: dict[str, Any]) -> dict[str, Any]:
     old = _version(payload) < (0, 3) and isinstance(attention, dict)
     if old and attention.get("type") == "local_m":
         attention["type"] = "local_m_gaussian"
-    train = (payload.get("config") or {}).get("train")
-    if isinstance(train, dict) and "bf16" in train:
-        train["precision"] = "bf16" if train.pop("bf16") else "fp32"
+    if isinstance(payload.get("config"), dict):
+        from transduce.config import renamed
+
+        payload["config"] = renamed(payload["config"])
     return payload
 
 

@@ -459,7 +459,7 @@ def _required(f: dataclasses.Field) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
-def _renamed(data: dict[str, Any]) -> dict[str, Any]:
+def renamed(data: dict[str, Any]) -> dict[str, Any]:
     """A configuration with the keys of earlier versions in today's terms: `train.bf16`
     (transduce < 0.4; what a run's config.yaml of then holds) is `train.precision`, true
     bf16 and false fp32, unless the precision is given too (then it is an unknown key)."""
@@ -475,7 +475,7 @@ def _renamed(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-# keys of earlier versions that `_renamed` could not take: what replaced them
+# keys of earlier versions that `renamed` could not take: what replaced them
 RENAMED = {
     "train.bf16": "replaced by train.precision in transduce 0.4: bf16: true is precision: "
     "bf16, false is fp32",
@@ -528,7 +528,7 @@ def parse(data: dict[str, Any], source: str = "config") -> Config:
     from transduce.models import MODELS
 
     errors: list[str] = []
-    data = _renamed(data)
+    data = renamed(data)
     unknown = sorted(set(data) - {*SECTIONS, "model"})
     for key in unknown:
         errors.append(f"{key}: unknown section (valid: data, model, loss, train, decode)")
