@@ -121,8 +121,12 @@ def test_interrupted_halfway_and_run_again_every_cell_is_done_once(grid, tmp_pat
         assert runner.finished(out / "runs" / cell["id"])
     for cell, files in stamps.items():  # the finished cells were not even started again
         assert {p.name: p.stat().st_mtime_ns for p in (out / "runs" / cell).iterdir()} == files
-    table = run_experiment("report", out, "--json", tmp_path / "t.json", cwd=tmp_path)
+    curves = tmp_path / "plots" / "curves.svg"
+    table = run_experiment(
+        "report", out, "--json", tmp_path / "t.json", "--plot", curves, cwd=tmp_path
+    )
     assert table.returncode == 0, table.stderr
+    assert curves.read_text().startswith("<?xml") and "learning curves" in table.stderr
     rows = json.loads((tmp_path / "t.json").read_text())["rows"]
     assert (
         all(r["n"] == 2 for r in rows) and len(rows) == 2 * 3 * 2
@@ -169,6 +173,53 @@ def test_the_table_against_hand_computed_numbers(tmp_path):
     assert report.csv_text(data).splitlines()[0] == (
         "system,dataset,metric,n,mean,std,published,difference"
     )
+
+
+def test_learning_curves_by_hand(tmp_path):
+    """Per panel (dataset, column) and system: each seed's validations, and their mean at
+    the updates every seed has reached; an unfinished cell counts as far as it went."""
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml",
+        [spec.Cell(sys_, None, s, "", ()) for sys_ in ("a", "b") for s in (1, 2)],
+        ["a", "b"],
+        [None],
+        [1, 2],
+        ["acc"],
+    )
+
+    def validation(update: int, loss: float, acc: float) -> dict:
+        return {"update": update, "dev_loss": loss, "dev_scores": {"acc": acc, "per": 1.0}}
+
+    histories = {
+        "a.seed1": [validation(10, 2.0, 40.0), validation(20, 1.0, 60.0)],
+        "a.seed2": [validation(10, 4.0, 50.0)],  # stopped after one validation
+        "b.seed1": [validation(10, 3.0, 30.0)],
+    }
+    for cell, history in histories.items():
+        (tmp_path / "runs" / cell).mkdir(parents=True)
+        (tmp_path / "runs" / cell / "train.json").write_text(json.dumps({"history": history}))
+    columns, panels = report.curves(experiment, tmp_path)
+    assert columns == ["dev_loss", "dev_acc"]  # the report's metrics only: no dev_per
+    a = panels[(None, "dev_acc")]["a"]
+    assert a.seeds == [[(10, 40.0), (20, 60.0)], [(10, 50.0)]] and a.mean == [(10, 45.0)]
+    assert panels[(None, "dev_loss")]["a"].mean == [(10, 3.0)]
+    b = panels[(None, "dev_loss")]["b"]
+    assert b.seeds == [[(10, 3.0)]] and b.mean == []  # one seed: no mean line
+    pytest.importorskip("matplotlib")
+    first, second = tmp_path / "1.svg", tmp_path / "2.svg"
+    report.plot(experiment, tmp_path, first)
+    report.plot(experiment, tmp_path, second)
+    assert first.read_bytes() == second.read_bytes()  # no dates: the same bytes
+
+
+def test_plot_refusals_write_nothing(grid, tmp_path, run, monkeypatch):
+    (tmp_path / "exp").mkdir()
+    result = run("experiment", "report", tmp_path / "exp", "--plot", tmp_path / "c.txt")
+    assert result.exit_code == 2 and "the file name must end in .png, .pdf, .svg" in result.output
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    result = run("experiment", "report", tmp_path / "exp", "--plot", tmp_path / "c.png")
+    assert result.exit_code == 2 and "pip install 'transduce[plot]'" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,7 @@ from transduce.data.dataset import load_prepared, parse_split_line
 from transduce.decoding import decode_all
 from transduce.errors import ConfigError, DataError, TransduceError, plural
 from transduce.inference import Transducer
-from transduce.io import atomic_binary, decode_lines, read_bytes
+from transduce.io import decode_lines, read_bytes, save_figure
 from transduce.models import Seq2SeqModel, expect
 from transduce.monotonicity import FLOOR, MonotonicityStats, counted_positions
 
@@ -347,14 +347,7 @@ def write_plots(
     written = []
     for stem, figure in figures:
         path = directory / f"{stem}.{fmt}"
-        # a fixed SVG id salt and no dates: the same plot gives the same bytes
-        with atomic_binary(path) as handle, matplotlib.rc_context({"svg.hashsalt": "transduce"}):
-            figure.savefig(handle, format=fmt, dpi=200, metadata=_metadata(fmt))
+        save_figure(figure, path, fmt, dpi=200)
         plt.close(figure)
         written.append(path)
     return written
-
-
-def _metadata(fmt: str) -> dict[str, Any]:
-    """No creation date in PDF and SVG files, so that the same plot gives the same bytes."""
-    return {"CreationDate": None} if fmt == "pdf" else {"Date": None} if fmt == "svg" else {}

@@ -286,6 +286,16 @@ def atomic_binary(path: Path) -> Iterator[BinaryIO]:
         yield from _atomic_binary(path)
 
 
+def save_figure(figure: object, path: Path, fmt: str, dpi: int) -> None:
+    """Write a matplotlib figure atomically, the same plot as the same bytes: no creation
+    date in PDF and SVG files, a fixed SVG id salt."""
+    import matplotlib
+
+    metadata = {"CreationDate": None} if fmt == "pdf" else {"Date": None} if fmt == "svg" else {}
+    with atomic_binary(path) as handle, matplotlib.rc_context({"svg.hashsalt": "transduce"}):
+        figure.savefig(handle, format=fmt, dpi=dpi, metadata=metadata)  # type: ignore[attr-defined]
+
+
 @contextlib.contextmanager
 def deferred_interrupts() -> Iterator[None]:
     """Hold a Ctrl-C (SIGINT) back until the block ends, then handle it as it would have

@@ -195,6 +195,15 @@ def report_command(
             "--csv", metavar="FILE", help="Write a CSV row per system, dataset and metric."
         ),
     ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="Draw the learning curves (dev loss and scores per update, a panel per "
+            "dataset, a colour per system) to FILE.png, .pdf or .svg (needs matplotlib).",
+            show_default=False,
+        ),
+    ] = None,
     verbosity: Verbosity = None,
 ) -> None:
     """The table of an experiment: mean ± std over seeds beside the published numbers."""
@@ -204,8 +213,11 @@ def report_command(
     from transduce.io import atomic_write_text
     from transduce.outputs import check_outputs
 
+    outputs = [p for p in (markdown, json_file, csv_file, plot) if p is not None]
+    check_outputs(outputs, [])
+    if plot is not None:
+        report.plot_format(plot)
     loaded = runner.read_state(directory)
-    check_outputs([p for p in (markdown, json_file, csv_file) if p is not None], [])
     data = report.table(loaded, directory)
     text = report.markdown(data)
     ui.stderr.print(text, markup=False, highlight=False)
@@ -215,3 +227,6 @@ def report_command(
         atomic_write_text(json_file, json.dumps(data, indent=1) + "\n")
     if csv_file is not None:
         atomic_write_text(csv_file, report.csv_text(data))
+    if plot is not None:
+        report.plot(loaded, directory, plot)
+        ui.info(f"learning curves: {plot}")

@@ -8,6 +8,8 @@ published number and the difference (mean - published). Per system over the data
 ("average"): for each seed that every dataset has, the mean over the datasets, then the
 mean and standard deviation of those over the seeds, as papers that average languages
 report it. Cells not finished are left out and listed.
+
+`plot` draws the learning curves of every cell (`experiment report --plot FILE`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from transduce import defaults, runlog
+from transduce.errors import TransduceError
 from transduce.experiments.runner import RUNS, finished
 from transduce.experiments.spec import AVERAGE, Experiment
 
@@ -159,3 +163,122 @@ def csv_text(data: dict[str, Any]) -> str:
     writer.writeheader()
     writer.writerows(data["rows"])
     return out.getvalue()
+
+
+def histories(experiment: Experiment, directory: Path) -> dict[str, list[dict[str, Any]]]:
+    """Each cell's validations so far, finished or not (its train.json's history, a flat
+    row per validation as in metrics.csv); cells without a train.json are left out."""
+    out = {}
+    for cell in experiment.cells:
+        path = directory / RUNS / cell.id / "train.json"
+        if path.is_file():
+            history = json.loads(path.read_text(encoding="utf-8")).get("history") or []
+            out[cell.id] = [runlog.row(entry) for entry in history]
+    return out
+
+
+def plot_format(path: Path) -> str:
+    """The file format of a plot, from its suffix; matplotlib must be installed.
+
+    Raises:
+        TransduceError: another suffix, or no matplotlib (one line each).
+    """
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in defaults.PLOT_FORMATS:
+        suffixes = ", ".join("." + f for f in defaults.PLOT_FORMATS)
+        raise TransduceError(f"--plot: {path}: the file name must end in {suffixes}")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise TransduceError(
+            "--plot: plots need matplotlib: pip install 'transduce[plot]' (or pip install "
+            "matplotlib)"
+        ) from None
+    return fmt
+
+
+def _points(history: list[dict[str, Any]], column: str) -> list[tuple[int, float]]:
+    return [(e["update"], e[column]) for e in history if e.get(column) is not None]
+
+
+@dataclass
+class Curves:
+    """The learning curves of one system in one panel (a dataset and a column)."""
+
+    seeds: list[list[tuple[int, float]]]  # (update, value) of each seed that has any
+    mean: list[tuple[int, float]]  # at the updates every seed has; none for one seed
+
+
+def curves(
+    experiment: Experiment, directory: Path
+) -> tuple[list[str], dict[tuple[str | None, str], dict[str, Curves]]]:
+    """The plot's columns (the dev loss, then the dev score of each report metric, or of
+    every dev score when the experiment names none) and, per (dataset, column), each
+    system's curves."""
+    rows = histories(experiment, directory)
+    found = {key for history in rows.values() for entry in history for key in entry}
+    columns = ["dev_loss"] + [f"dev_{m}" for m in (experiment.metrics or []) if f"dev_{m}" in found]
+    if not experiment.metrics:
+        columns += sorted(k for k in found if k.startswith("dev_") and k not in columns)
+    panels: dict[tuple[str | None, str], dict[str, Curves]] = {}
+    for dataset in experiment.datasets:
+        for column in columns:
+            panel = panels.setdefault((dataset, column), {})
+            for system in experiment.systems:
+                cells = [c for c in experiment.cells if (c.system, c.dataset) == (system, dataset)]
+                seeds = [_points(rows.get(c.id, []), column) for c in cells]
+                seeds = [points for points in seeds if points]
+                mean: list[tuple[int, float]] = []
+                if len(seeds) > 1:
+                    common = sorted(set.intersection(*({u for u, _ in p} for p in seeds)))
+                    values = [dict(p) for p in seeds]
+                    mean = [(u, statistics.fmean(v[u] for v in values)) for u in common]
+                panel[system] = Curves(seeds, mean)
+    return columns, panels
+
+
+def plot(experiment: Experiment, directory: Path, path: Path) -> None:
+    """Learning curves per system (`curves`): a panel per dataset (rows) and per column,
+    the update on the x axis. Each seed is a thin line in its system's colour; where a
+    system has several seeds, a thick line is their mean at the validations every seed has
+    reached. Unfinished cells are drawn as far as they have gone. The file is written
+    atomically, without dates (the same curves give the same bytes).
+    """
+    fmt = plot_format(path)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from transduce.io import save_figure
+
+    columns, panels = curves(experiment, directory)
+    datasets = experiment.datasets
+    figure, axes = plt.subplots(
+        len(datasets),
+        len(columns),
+        figsize=(3.6 * len(columns) + 1.6, 2.6 * len(datasets) + 0.4),
+        squeeze=False,
+        layout="constrained",
+    )
+    colours = plt.get_cmap("tab10")
+    for i, dataset in enumerate(datasets):
+        for j, column in enumerate(columns):
+            axis = axes[i][j]
+            for k, (system, drawn) in enumerate(panels[(dataset, column)].items()):
+                colour = colours(k % 10)
+                for points in drawn.seeds:
+                    axis.plot(*zip(*points), color=colour, linewidth=0.8, alpha=0.45)
+                if drawn.mean:
+                    axis.plot(*zip(*drawn.mean), color=colour, linewidth=2.0)
+                axis.plot([], [], color=colour, linewidth=2.0, label=system)  # the legend
+            axis.set_title(f"{dataset} · {column}" if dataset else column, fontsize=9)
+            axis.set_xlabel("update", fontsize=8)
+            axis.tick_params(labelsize=7)
+            axis.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    figure.suptitle(f"{experiment.path.stem}: learning curves (thin: a seed; thick: mean)",
+                    fontsize=10)  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_figure(figure, path, fmt, dpi=150)
+    plt.close(figure)
