@@ -134,12 +134,36 @@ def test_interrupted_halfway_and_run_again_every_cell_is_done_once(grid, tmp_pat
     assert "| lstm | copy |" in table.stderr and "99.00" in table.stderr
 
 
-def fake_run(directory: Path, cell: str, test: dict) -> None:
+def fake_run(directory: Path, cell: str, test: dict, monotonicity: dict | None = None) -> None:
     run = directory / "runs" / cell
     run.mkdir(parents=True)
-    (run / "train.json").write_text(
-        json.dumps({"stop": "reached max_updates (1)", "test": test, "config": {"train": {}}})
+    report = {"stop": "reached max_updates (1)", "test": test, "config": {"train": {}}}
+    report["test_monotonicity"] = monotonicity
+    (run / "train.json").write_text(json.dumps(report))
+
+
+def test_the_test_monotonicity_is_a_metric_of_the_table(tmp_path):
+    """train.json's test_monotonicity (overall) as mono, loss_mono, mono_authors and
+    loss_authors; small numbers keep three significant digits."""
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml",
+        [spec.Cell("a", None, s, "", ()) for s in (1, 2)],
+        ["a"],
+        [None],
+        [1, 2],
+        ["wer", "mono_authors", "loss_authors", "loss_mono"],
+        {"a": {"mono_authors": 84.6, "loss_authors": 5.12e-05}},
     )
+    for seed, (authors, loss) in {1: (80.0, 4e-05), 2: (86.0, 6e-05)}.items():
+        overall = {"mono": 99.0, "loss": 1e-06, "mono_authors": authors, "loss_authors": loss}
+        fake_run(tmp_path, f"a.seed{seed}", {"wer": 30.0}, {"delta": 0.0, "overall": overall})
+    rows = {r["metric"]: r for r in report.table(experiment, tmp_path)["rows"]}
+    assert rows["mono_authors"]["mean"] == 83.0 and rows["mono_authors"]["published"] == 84.6
+    assert rows["loss_authors"]["mean"] == pytest.approx(5e-05)
+    assert rows["loss_mono"]["values"] == [1e-06, 1e-06]
+    text = report.markdown(report.table(experiment, tmp_path))
+    assert "| a | 5e-05 ± 1.41e-05 (n=2) | 5.12e-05 | -1.2e-06 |" in text
+    assert "| a | 83.00 ± 4.24 (n=2) | 84.60 | -1.60 |" in text
 
 
 def test_the_table_against_hand_computed_numbers(tmp_path):

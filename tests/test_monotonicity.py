@@ -456,6 +456,14 @@ def test_every_model_trains_with_the_loss_and_is_analyzed_through_the_cli(run, t
     assert analyzed.exit_code == 0, analyzed.output
     heads = model.get("heads", 1)
     assert len(json.loads(analyzed.stdout)["mechanisms"]) == layers * heads
+    # the test split's monotonicity in train.json: the best model's, as analyze measures it
+    tested = json.loads((tmp_path / "run" / "train.json").read_text(encoding="utf-8"))
+    tested = tested["test_monotonicity"]
+    analyzed = run("analyze-monotonicity", tmp_path / "run", task / "test.tsv", "--json")
+    expected = json.loads(analyzed.stdout)["monotonicity"]["0.5"]["mechanisms"]
+    assert tested["delta"] == 0.5 and len(tested["mechanisms"]) == layers
+    for name, measures in tested["mechanisms"].items():
+        assert measures == pytest.approx(expected[name], rel=1e-5, abs=1e-7), name
 
 
 def test_negative_positions_are_sinusoids_too():

@@ -723,6 +723,9 @@ class Trainer:
             atomic_write_text(
                 self.run_dir / "test.predictions", "".join(line + "\n" for line in lines)
             )
+        test_statistics = None
+        if not interrupted and self.config.train.test:
+            test_statistics = self.task.test_statistics(model, data)
         predictions = self.run_dir / "test.predictions"
         report = {
             "schema": REPORT_SCHEMA,
@@ -754,6 +757,7 @@ class Trainer:
                 "score": progress.best_score,
             },
             "test": test_scores,
+            "test_monotonicity": test_statistics,  # as dev_monotonicity, of the best model
             "stop": progress.stop,
             "updates": progress.update,
             "epochs": progress.epoch,

@@ -2,7 +2,7 @@
 beside the published numbers.
 
 The numbers are the test scores in each finished cell's train.json (each cell's best
-checkpoint on the test split). Per system and dataset: the number of seeds n, the mean
+checkpoint on the test split), and its test monotonicity (`spec.MONOTONICITY`). Per system and dataset: the number of seeds n, the mean
 and the sample standard deviation (n - 1 in the denominator; none for one seed), the
 published number and the difference (mean - published). Per system over the datasets
 ("average"): for each seed that every dataset has, the mean over the datasets, then the
@@ -25,7 +25,7 @@ from typing import Any
 from transduce import defaults, runlog
 from transduce.errors import TransduceError
 from transduce.experiments.runner import RUNS, finished
-from transduce.experiments.spec import AVERAGE, Experiment
+from transduce.experiments.spec import AVERAGE, MONOTONICITY, Experiment
 
 
 @dataclass
@@ -51,13 +51,18 @@ class Row:
 
 
 def scores(experiment: Experiment, directory: Path) -> tuple[dict[str, dict], list[str]]:
-    """The test scores of each finished cell (by id), and the ids of the others."""
+    """The test scores of each finished cell (by id), with the test split's monotonicity
+    where the run measured it (`MONOTONICITY`), and the ids of the others."""
     found, missing = {}, []
     for cell in experiment.cells:
         run_dir = directory / RUNS / cell.id
         if finished(run_dir):
             report = json.loads((run_dir / "train.json").read_text(encoding="utf-8"))
-            found[cell.id] = report.get("test") or {}
+            found[cell.id] = dict(report.get("test") or {})
+            overall = (report.get("test_monotonicity") or {}).get("overall") or {}
+            for name, key in MONOTONICITY.items():
+                if isinstance(overall.get(key), int | float):
+                    found[cell.id][name] = overall[key]
         else:
             missing.append(cell.id)
     return found, missing
@@ -114,15 +119,18 @@ def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
     }
 
 
-def _number(value: float | None, digits: int = 2) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
+def _number(value: float | None) -> str:
+    """Two decimals, or three significant digits below 1 (LEV 0.128, L_mono 5.12e-05)."""
+    if value is None:
+        return ""
+    return f"{value:.2f}" if value == 0 or abs(value) >= 1 else f"{value:.3g}"
 
 
 def _cell(row: dict[str, Any]) -> str:
     if row["mean"] is None:
         return "–"
-    std = f" ± {row['std']:.2f}" if row["std"] is not None else ""
-    return f"{row['mean']:.2f}{std} (n={row['n']})"
+    std = f" ± {_number(row['std'])}" if row["std"] is not None else ""
+    return f"{_number(row['mean'])}{std} (n={row['n']})"
 
 
 def markdown(data: dict[str, Any]) -> str:

@@ -44,6 +44,24 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_+-]*$")  # system and dataset names: 
 KEYS = {"systems", "datasets", "seeds", "set", "metrics", "published"}
 FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 AVERAGE = "average"  # the report's row over the datasets: not a dataset's name
+# the test split's monotonicity (train.json's test_monotonicity, overall) as report
+# metrics: name -> its key there (ours, and the authors' as Rios et al. 2021 report it)
+MONOTONICITY = {
+    "mono": "mono",
+    "loss_mono": "loss",
+    "mono_authors": "mono_authors",
+    "loss_authors": "loss_authors",
+}
+
+
+def _unknown_metric(name: str) -> str | None:
+    """Why `name` is not a metric of a report (None: it is one): a metric's name, a part of
+    one (tagacc_oov), or a monotonicity measure."""
+    from transduce.metrics import METRICS
+
+    if name in MONOTONICITY or name.split("_")[0] in METRICS:
+        return None
+    return f"valid: {', '.join(METRICS)}, {', '.join(MONOTONICITY)}"
 
 
 @dataclass(frozen=True)
@@ -169,8 +187,6 @@ def _datasets(path: Path, value: Any, root: Path) -> dict[str | None, list[str]]
 def _check_published(path: Path, published: dict[str, Any], datasets: list[str]) -> None:
     """published: SYSTEM: DATASET (or average): METRIC: number, or SYSTEM: METRIC: number
     without datasets."""
-    from transduce.metrics import METRICS
-
     for system, numbers in published.items():
         groups = numbers if datasets else {None: numbers}
         if datasets and isinstance(groups, dict):
@@ -185,9 +201,8 @@ def _check_published(path: Path, published: dict[str, Any], datasets: list[str])
             if not isinstance(values, dict):
                 raise _problem(path, where, f"expected METRIC: number, got {values!r}")
             for metric, value in values.items():
-                if str(metric).split("_")[0] not in METRICS:
-                    valid = ", ".join(METRICS)
-                    raise _problem(path, f"{where}.{metric}", f"not a metric (valid: {valid})")
+                if why := _unknown_metric(str(metric)):
+                    raise _problem(path, f"{where}.{metric}", f"not a metric ({why})")
                 if type(value) not in (int, float):
                     raise _problem(path, f"{where}.{metric}", f"expected a number, got {value!r}")
 
@@ -244,14 +259,11 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
         raise _problem(path, "seeds", f"a seed is listed twice: {seeds}")
     metrics = data.get("metrics")
     if metrics is not None:
-        from transduce.metrics import METRICS
-
         if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
             raise _problem(path, "metrics", f"expected a list of metric names, got {metrics!r}")
         for name in metrics:
-            if name.split("_")[0] not in METRICS:  # tagacc_oov: a part of tagacc
-                valid = ", ".join(METRICS)
-                raise _problem(path, "metrics", f"unknown metric {name!r} (valid: {valid})")
+            if why := _unknown_metric(name):
+                raise _problem(path, "metrics", f"unknown metric {name!r} ({why})")
     published = data.get("published") or {}
     if not isinstance(published, dict):
         raise _problem(path, "published", f"expected a mapping, got {published!r}")

@@ -257,6 +257,11 @@ class Task(ABC, Generic[D]):
         """Teacher-forced loss per dev token, and the task's dev statistics for the
         history (e.g. monotonicity)."""
 
+    def test_statistics(self, model: Model, data: D) -> dict[str, Any] | None:
+        """The task's statistics of the test split, as `dev_loss` gives them for the dev
+        split (None: the task has none, or the test split has no targets)."""
+        return None
+
     def evaluation_options(self) -> configuration.DecodeConfig:
         """How dev and test sources are predicted: the `decode` section, one output each,
         in batches of `train.dev_batch_size`."""

@@ -173,9 +173,24 @@ class Seq2SeqTask(Task[TaskData]):
     def dev_loss(self, model: Model, data: TaskData) -> tuple[float, dict[str, Any]]:
         """Teacher-forced negative log-likelihood per target token, and the monotonicity
         (L_mono and %mono at the configured margin) of the selected attention mechanisms."""
+        return self.forced(model, data.dev)
+
+    def test_statistics(self, model: Model, data: TaskData) -> dict[str, Any] | None:
+        """The monotonicity of the selected attention on every test line (each reference
+        read teacher-forced, as on the dev split and as Rios et al. 2021 measure it)."""
+        test = data.prepared.splits["test"]
+        if not test or any(p.target is None for p in test):
+            return None
+        pairs = encode_pairs(test, data.source_vocab, data.target_vocab)
+        statistics = self.forced(model, pairs)[1]
+        return statistics if statistics.get("mechanisms") else None
+
+    def forced(
+        self, model: Model, pairs: list[tuple[list[int], list[int]]]
+    ) -> tuple[float, dict[str, Any]]:
+        """`dev_loss` of these (source ids, target ids) pairs."""
         s2s = expect(model, Seq2SeqModel)
         mechanisms = self.mechanisms(s2s)
-        pairs = data.dev
         model.eval()
         total, count = 0.0, 0
         m = self.config.loss.monotonicity
