@@ -142,6 +142,22 @@ def fake_run(directory: Path, cell: str, test: dict, monotonicity: dict | None =
     (run / "train.json").write_text(json.dumps(report))
 
 
+def found_cells(directory: Path) -> list[str]:
+    return sorted(p.name for p in (directory / "runs").iterdir())
+
+
+def test_a_cell_stopped_early_is_not_at_a_limit(tmp_path):
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml", [spec.Cell("a", None, 1, "", ())], ["a"], [None], [1], ["acc"]
+    )
+    fake_run(tmp_path, "a.seed1", {"acc": 1.0})
+    path = tmp_path / "runs" / "a.seed1" / "train.json"
+    early = "no better dev acc in 3 validations"
+    path.write_text(path.read_text().replace("reached max_updates (1)", early))
+    data = report.table(experiment, tmp_path)
+    assert data["at_limit"] == {} and "short of convergence" not in report.markdown(data)
+
+
 def test_the_test_monotonicity_is_a_metric_of_the_table(tmp_path):
     """train.json's test_monotonicity (overall) as mono, loss_mono, mono_authors and
     loss_authors; small numbers keep three significant digits."""
@@ -191,9 +207,11 @@ def test_the_table_against_hand_computed_numbers(tmp_path):
     assert rows["average"]["values"] == [55.0, 70.0] and rows["average"]["mean"] == 62.5
     assert rows["average"]["difference"] == 2.5
     assert data["not_done"] == ["a.y.seed3"] and data["cells_done"] == 5
+    assert data["at_limit"] == {c: "reached max_updates (1)" for c in found_cells(tmp_path)}
     text = report.markdown(data)
     assert "| a | x | 50.00 ± 10.00 (n=3) | 50.00 | 0.00 |" in text
     assert "5 of 6 cells finished; not finished: a.y.seed3" in text
+    assert "short of convergence): a.x.seed1 (reached max_updates (1))," in text
     assert report.csv_text(data).splitlines()[0] == (
         "system,dataset,metric,n,mean,std,published,difference"
     )
@@ -329,7 +347,7 @@ def test_shipped_experiments_are_found_by_name():
     assert "wu2018-g2p-nettalk-small" in spec.shipped_experiments()
     path = spec.experiment_path("wu2018-g2p-nettalk-small")
     assert path.is_file() and path.parent == spec.SHIPPED
-    with pytest.raises(spec.ConfigError, match="not a shipped experiment .shipped: wu2018"):
+    with pytest.raises(spec.ConfigError, match="not a shipped experiment .shipped: .*wu2018-g2p-nettalk-small"):
         spec.experiment_path("no-such-experiment")
 
 
@@ -343,3 +361,17 @@ def test_shipped_experiments_load_with_the_real_data():
     for name in spec.shipped_experiments():
         loaded = spec.load(name, root)
         assert loaded.cells and loaded.published
+
+
+def test_an_unquoted_field_in_a_yaml_list_is_named_with_its_line(tmp_path):
+    path = tmp_path / "e.yaml"
+    path.write_text(
+        "systems: {a: {recipe: g2p}}\n"
+        "datasets:\n"
+        "  match: $DATA/x/{lang}-train\n"
+        "  set: {data.train: [$DATA/x/{lang}-train]}\n"
+    )
+    with pytest.raises(spec.ConfigError) as caught:
+        spec.load(path, tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:4: not a YAML experiment file") and "quote" in message

@@ -2,12 +2,13 @@
 beside the published numbers.
 
 The numbers are the test scores in each finished cell's train.json (each cell's best
-checkpoint on the test split), and its test monotonicity (`spec.MONOTONICITY`). Per system and dataset: the number of seeds n, the mean
-and the sample standard deviation (n - 1 in the denominator; none for one seed), the
-published number and the difference (mean - published). Per system over the datasets
-("average"): for each seed that every dataset has, the mean over the datasets, then the
-mean and standard deviation of those over the seeds, as papers that average languages
-report it. Cells not finished are left out and listed.
+checkpoint on the test split), and its test monotonicity (`spec.MONOTONICITY`). Per system
+and dataset: the number of seeds n, the mean and the sample standard deviation (n - 1 in
+the denominator; none for one seed), the published number and the difference (mean -
+published). Per system over the datasets ("average"): for each seed that every dataset
+has, the mean over the datasets, then the mean and standard deviation of those over the
+seeds, as papers that average languages report it. Cells not finished are left out and
+listed.
 
 `plot` draws the learning curves of every cell (`experiment report --plot FILE`).
 """
@@ -50,14 +51,22 @@ class Row:
         return statistics.stdev(self.values) if len(self.values) > 1 else None
 
 
-def scores(experiment: Experiment, directory: Path) -> tuple[dict[str, dict], list[str]]:
+LIMITS = ("reached max_epochs", "reached max_updates", "reached max_minutes")
+
+
+def scores(
+    experiment: Experiment, directory: Path, stops: dict[str, str] | None = None
+) -> tuple[dict[str, dict], list[str]]:
     """The test scores of each finished cell (by id), with the test split's monotonicity
-    where the run measured it (`MONOTONICITY`), and the ids of the others."""
+    where the run measured it (`MONOTONICITY`), and the ids of the others; `stops` gets
+    each finished cell's reason to stop (train.json's `stop`)."""
     found, missing = {}, []
     for cell in experiment.cells:
         run_dir = directory / RUNS / cell.id
         if finished(run_dir):
             report = json.loads((run_dir / "train.json").read_text(encoding="utf-8"))
+            if stops is not None:
+                stops[cell.id] = str(report.get("stop"))
             found[cell.id] = dict(report.get("test") or {})
             overall = (report.get("test_monotonicity") or {}).get("overall") or {}
             for name, key in MONOTONICITY.items():
@@ -70,7 +79,8 @@ def scores(experiment: Experiment, directory: Path) -> tuple[dict[str, dict], li
 
 def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
     """The rows of the report, as plain data (what --json writes)."""
-    found, missing = scores(experiment, directory)
+    stops: dict[str, str] = {}
+    found, missing = scores(experiment, directory, stops)
     metrics = experiment.metrics or sorted({m for s in found.values() for m in s})
     rows: list[Row] = []
     for system in experiment.systems:
@@ -116,6 +126,8 @@ def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
         "cells_done": len(found),
         "cells": len(experiment.cells),
         "not_done": missing,
+        # finished at a training limit, not by early stopping: maybe short of convergence
+        "at_limit": {cell: stop for cell, stop in stops.items() if stop.startswith(LIMITS)},
     }
 
 
@@ -160,6 +172,12 @@ def markdown(data: dict[str, Any]) -> str:
     if data["not_done"]:
         done += "; not finished: " + ", ".join(data["not_done"])
     out.append(done)
+    if data.get("at_limit"):
+        out.append(
+            "\nStopped at a training limit, not by early stopping (maybe short of "
+            "convergence): "
+            + ", ".join(f"{cell} ({stop})" for cell, stop in data["at_limit"].items())
+        )
     return "\n".join(out) + "\n"
 
 

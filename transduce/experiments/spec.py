@@ -8,10 +8,12 @@ to compare them with. Every cell is an ordinary run of `transduce train`.
         set: {train.max_epochs: 30}
       hard: {recipe: paper/wu2018/hard-small-inflection-medium}
     datasets:                     # optional: name: --set overrides of the data section,
-      match: $DATA/sigmorphon2017-task1/{language}-train-medium   # or a pattern: one cell
-      set:                                                        # per file it matches,
-        data.train: [$DATA/sigmorphon2017-task1/{language}-train-medium]   # named by the
-        data.dev: [$DATA/sigmorphon2017-task1/{language}-dev]              # {field}
+      # or a pattern: a cell per file it matches, named by the {field} (quoted in [...]:
+      # YAML would read {...} there as a mapping)
+      match: $DATA/sigmorphon2017-task1/all/{language}-train-medium
+      set:
+        data.train: ["$DATA/sigmorphon2017-task1/all/{language}-train-medium"]
+        data.dev: ["$DATA/sigmorphon2017-task1/all/{language}-dev"]
       only: [english, german]     # optional: these names only
     seeds: [1, 2, 3]              # train.seed of each cell [1]
     set: {train.threads: 1}       # optional: for every cell (before the system's own)
@@ -243,7 +245,12 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
         raise ConfigError(f"{path}: cannot read the experiment file ({error.strerror})") from None
     except yaml.YAMLError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else "not YAML"
-        raise ConfigError(f"{path}: not a YAML experiment file ({first})") from None
+        mark = getattr(error, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        hint = ""
+        if "flow" in first:  # [$DATA/{lang}-dev]: YAML reads {lang} as a mapping
+            hint = '; quote a value with a {field} inside [...] or {...}: ["$DATA/{lang}-dev"]'
+        raise ConfigError(f"{path}{where}: not a YAML experiment file ({first}){hint}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with systems:, got {data!r}")
     for key in data:
