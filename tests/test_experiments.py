@@ -138,8 +138,37 @@ def fake_run(directory: Path, cell: str, test: dict, monotonicity: dict | None =
     run = directory / "runs" / cell
     run.mkdir(parents=True)
     report = {"stop": "reached max_updates (1)", "test": test, "config": {"train": {}}}
+    report["training_seconds"] = 60.0 * (1 + len(cell))  # minutes: 1 + the id's length
     report["test_monotonicity"] = monotonicity
     (run / "train.json").write_text(json.dumps(report))
+
+
+def test_a_metric_scored_again_with_the_papers_options(tmp_path):
+    """score: {per: {average: word}}: PER from test.predictions against the prepared test
+    split, per word (Wu et al.), where the run's own test score is the corpus PER."""
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml",
+        [spec.Cell("a", None, 1, "", ())],
+        ["a"],
+        [None],
+        [1],
+        ["per", "wer"],
+        score={"per": {"average": "word"}},
+    )
+    fake_run(tmp_path, "a.seed1", {"per": 100 / 6, "wer": 50.0})
+    run = tmp_path / "runs" / "a.seed1"
+    (run / "data").mkdir()
+    (run / "data" / "test.tsv").write_text("a b\tx y\nc\tz w v u\n")
+    (run / "test.predictions").write_text("x q\nz w v u\n")  # 1 edit of 2, 0 of 4
+    data = report.table(experiment, tmp_path)
+    rows = {r["metric"]: r for r in data["rows"]}
+    assert rows["per"]["values"] == [25.0]  # 100 * mean(1/2, 0/4), not 100 * 1/6
+    assert rows["wer"]["values"] == [50.0]  # as the run scored it
+    text = report.markdown(data)
+    assert "### per (scored again from test.predictions: average=word)" in text
+    (run / "test.predictions").unlink()
+    with pytest.raises(spec.TransduceError, match="a.seed1: cannot score its test.predictions"):
+        report.table(experiment, tmp_path)
 
 
 def found_cells(directory: Path) -> list[str]:
@@ -212,6 +241,7 @@ def test_the_table_against_hand_computed_numbers(tmp_path):
     assert "| a | x | 50.00 ± 10.00 (n=3) | 50.00 | 0.00 |" in text
     assert "5 of 6 cells finished; not finished: a.y.seed3" in text
     assert "short of convergence): a.x.seed1 (reached max_updates (1))," in text
+    assert "minutes: a 10.0 median (10.0-10.0, n=5)" in text  # len("a.x.seed1") == 9
     assert report.csv_text(data).splitlines()[0] == (
         "system,dataset,metric,n,mean,std,published,difference"
     )
@@ -284,11 +314,13 @@ def test_plot_refusals_write_nothing(grid, tmp_path, run, monkeypatch):
         ({"published": {"lstm": {"copy": {"acc": "x"}}}}, "published.lstm.copy.acc: expected a"),
         ({"metrics": ["accuracy"]}, "metrics: unknown metric 'accuracy'"),
         ({"seeds": [True]}, "seeds: expected a list of integers"),
+        ({"score": {"per": {"average": "line"}}}, "score.per: metric per: average must be"),
+        ({"score": {"per": "word"}}, "score: expected METRIC: {OPTION: VALUE}"),
     ],
     ids=[
         *("unknown-recipe", "empty-pattern", "unknown-setting", "unknown-key", "seeds"),
         *("published", "published-shape", "published-dataset", "published-number"),
-        *("metric", "seed-bool"),
+        *("metric", "seed-bool", "score-option", "score-shape"),
     ],
 )
 def test_bad_experiment_files_fail_before_any_run(grid, tmp_path, run, change, message):

@@ -55,11 +55,15 @@ LIMITS = ("reached max_epochs", "reached max_updates", "reached max_minutes")
 
 
 def scores(
-    experiment: Experiment, directory: Path, stops: dict[str, str] | None = None
+    experiment: Experiment,
+    directory: Path,
+    stops: dict[str, str] | None = None,
+    seconds: dict[str, float] | None = None,
 ) -> tuple[dict[str, dict], list[str]]:
     """The test scores of each finished cell (by id), with the test split's monotonicity
     where the run measured it (`MONOTONICITY`), and the ids of the others; `stops` gets
-    each finished cell's reason to stop (train.json's `stop`)."""
+    each finished cell's reason to stop (train.json's `stop`), `seconds` its training
+    seconds (over all its sessions)."""
     found, missing = {}, []
     for cell in experiment.cells:
         run_dir = directory / RUNS / cell.id
@@ -67,7 +71,11 @@ def scores(
             report = json.loads((run_dir / "train.json").read_text(encoding="utf-8"))
             if stops is not None:
                 stops[cell.id] = str(report.get("stop"))
+            if seconds is not None and isinstance(report.get("training_seconds"), int | float):
+                seconds[cell.id] = float(report["training_seconds"])
             found[cell.id] = dict(report.get("test") or {})
+            if experiment.score and report.get("test") is not None:
+                found[cell.id].update(rescore(cell.id, run_dir, report, experiment.score))
             overall = (report.get("test_monotonicity") or {}).get("overall") or {}
             for name, key in MONOTONICITY.items():
                 if isinstance(overall.get(key), int | float):
@@ -77,10 +85,36 @@ def scores(
     return found, missing
 
 
+def rescore(
+    cell: str, run_dir: Path, report: dict[str, Any], options: dict[str, dict[str, Any]]
+) -> dict[str, float]:
+    """The metrics of `options` (METRIC: its options) scored again, as `transduce score`
+    scores them, from the run's test.predictions against its prepared test split.
+
+    Raises:
+        TransduceError: the files are not there, or cannot be scored (naming the cell).
+    """
+    from transduce.scoring import ScoreRequest, score_request
+
+    predictions = run_dir / "test.predictions"
+    directory = Path((report.get("data") or {}).get("directory") or run_dir / "data")
+    references = directory if directory.is_absolute() else run_dir / directory
+    references = references / "test.tsv"
+    request = ScoreRequest(
+        str(predictions), [str(references)], list(options), ref_col=2, metric_options=options
+    )
+    try:
+        result = score_request(request)[0]
+    except TransduceError as error:
+        raise TransduceError(f"{cell}: cannot score its test.predictions again: {error}") from None
+    return {label: score["value"] for label, score in result["scores"].items()}
+
+
 def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
     """The rows of the report, as plain data (what --json writes)."""
     stops: dict[str, str] = {}
-    found, missing = scores(experiment, directory, stops)
+    seconds: dict[str, float] = {}
+    found, missing = scores(experiment, directory, stops, seconds)
     metrics = experiment.metrics or sorted({m for s in found.values() for m in s})
     rows: list[Row] = []
     for system in experiment.systems:
@@ -126,22 +160,31 @@ def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
         "cells_done": len(found),
         "cells": len(experiment.cells),
         "not_done": missing,
+        "score": experiment.score,  # metrics scored again from test.predictions
+        "training_seconds": seconds,  # of each finished cell, over all its sessions
         # finished at a training limit, not by early stopping: maybe short of convergence
         "at_limit": {cell: stop for cell, stop in stops.items() if stop.startswith(LIMITS)},
     }
 
 
-def _number(value: float | None) -> str:
-    """Two decimals, or three significant digits below 1 (LEV 0.128, L_mono 5.12e-05)."""
+def _number(value: float | None, scale: float | None = None) -> str:
+    """Two decimals for numbers of magnitude 1 and more (WER 29.38 ± 0.05), three
+    significant digits for smaller ones (LEV 0.128, L_mono 5.12e-05); `scale`: the
+    magnitude that decides (a row's mean or published number, for its std and difference)."""
     if value is None:
         return ""
-    return f"{value:.2f}" if value == 0 or abs(value) >= 1 else f"{value:.3g}"
+    scale = value if scale is None else scale
+    return f"{value:.2f}" if scale == 0 or abs(scale) >= 1 else f"{value:.3g}"
+
+
+def _scale(row: dict[str, Any]) -> float | None:
+    return row["mean"] if row["mean"] is not None else row["published"]
 
 
 def _cell(row: dict[str, Any]) -> str:
     if row["mean"] is None:
         return "–"
-    std = f" ± {_number(row['std'])}" if row["std"] is not None else ""
+    std = f" ± {_number(row['std'], row['mean'])}" if row["std"] is not None else ""
     return f"{_number(row['mean'])}{std} (n={row['n']})"
 
 
@@ -152,7 +195,13 @@ def markdown(data: dict[str, Any]) -> str:
     for metric in data["metrics"]:
         rows = [r for r in data["rows"] if r["metric"] == metric]
         with_datasets = any(r["dataset"] is not None for r in rows)
-        out.append(f"### {metric}\n")
+        again = data.get("score", {}).get(metric)
+        how = ", ".join(f"{k}={v}" for k, v in again.items()) if again else ""
+        out.append(
+            f"### {metric}"
+            + (f" (scored again from test.predictions: {how})" if again else "")
+            + "\n"
+        )
         head = (
             ["system"]
             + (["dataset"] if with_datasets else [])
@@ -165,13 +214,30 @@ def markdown(data: dict[str, Any]) -> str:
         ]
         for r in ordered:
             cells = [r["system"]] + ([r["dataset"] or ""] if with_datasets else [])
-            cells += [_cell(r), _number(r["published"]), _number(r["difference"])]
+            cells += [
+                _cell(r),
+                _number(r["published"], _scale(r)),
+                _number(r["difference"], _scale(r)),
+            ]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     done = f"{data['cells_done']} of {data['cells']} cells finished"
     if data["not_done"]:
         done += "; not finished: " + ", ".join(data["not_done"])
     out.append(done)
+    timed = data.get("training_seconds") or {}
+    if timed:
+        per_system: dict[str, list[float]] = {}
+        for cell, value in timed.items():
+            per_system.setdefault(cell.split(".")[0], []).append(value / 60)
+        out.append(
+            "\nTraining time per run (training and validation, all sessions), minutes: "
+            + "; ".join(
+                f"{system} {statistics.median(v):.1f} median "
+                f"({min(v):.1f}-{max(v):.1f}, n={len(v)})"
+                for system, v in per_system.items()
+            )
+        )
     if data.get("at_limit"):
         out.append(
             "\nStopped at a training limit, not by early stopping (maybe short of "

@@ -208,6 +208,7 @@ def state(experiment: Experiment, directory: Path, outcomes: list[Outcome]) -> d
         "seeds": experiment.seeds,
         "metrics": experiment.metrics,
         "published": experiment.published,
+        "score": experiment.score,
         "cells": cells,
     }
 
@@ -230,6 +231,7 @@ def read_state(directory: Path) -> Experiment:
             list(data["seeds"]),
             data.get("metrics"),
             data.get("published") or {},
+            score=data.get("score") or {},
         )
     except FileNotFoundError:
         raise ConfigError(

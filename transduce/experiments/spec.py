@@ -20,6 +20,8 @@ to compare them with. Every cell is an ordinary run of `transduce train`.
     metrics: [acc, lev]           # optional: the report's columns [the test scores]
     published:                    # optional: the paper's numbers, system: dataset: metric
       soft: {english: {acc: 92.8}, average: {acc: 82.5}}   # (system: metric without datasets)
+    score: {per: {average: word}} # optional: metrics the report scores again from each
+                                  # run's test.predictions, with these options (`score`'s)
 
 `load` checks it all before any run starts: each cell's configuration is loaded as
 `transduce train` would load it (recipe, overrides, data files), and any problem is one
@@ -43,7 +45,7 @@ from transduce import recipe_loader
 from transduce.errors import ConfigError, TransduceError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_+-]*$")  # system and dataset names: run dirs
-KEYS = {"systems", "datasets", "seeds", "set", "metrics", "published"}
+KEYS = {"systems", "datasets", "seeds", "set", "metrics", "published", "score"}
 FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 AVERAGE = "average"  # the report's row over the datasets: not a dataset's name
 # the test split's monotonicity (train.json's test_monotonicity, overall) as report
@@ -95,6 +97,7 @@ class Experiment:
     metrics: list[str] | None = None
     published: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)  # the file's own mapping
+    score: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric: its options
 
     def published_value(self, system: str, dataset: str | None, metric: str) -> float | None:
         """The paper's number for a system (on a dataset, or `average`), if given."""
@@ -322,4 +325,21 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
         metrics,
         published,
         data,
+        _check_score(path, data.get("score")),
     )
+
+
+def _check_score(path: Path, value: Any) -> dict[str, dict[str, Any]]:
+    """score: METRIC: {OPTION: VALUE}, checked as `transduce score` checks its options."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise _problem(path, "score", f"expected METRIC: {{OPTION: VALUE}}, got {value!r}")
+    from transduce.scoring import ScoreRequest, make_metrics
+
+    for name, options in value.items():
+        try:
+            make_metrics(ScoreRequest("", [], [str(name)], metric_options={name: options}))
+        except TransduceError as error:
+            raise _problem(path, f"score.{name}", str(error)) from None
+    return {str(k): dict(v) for k, v in value.items()}
