@@ -234,6 +234,55 @@ def test_a_variant_of_another_model_family_replaces_the_model_section(tmp_path: 
     assert config.model.embedding_dim == 64 and config.model.dropout == 0.3
 
 
+def test_a_hard_variant_of_an_lstm_recipe_keeps_its_sizes(tmp_path: Path):
+    """hard is of the lstm family: its section merges with the base's (sizes, dropout)."""
+    write(tmp_path / "base.yaml", BASE)
+    variant = write(tmp_path / "h.yaml", "base: base.yaml\nmodel: {name: hard}\n")
+    config, resolved = configuration.load(str(variant))
+    base, _ = configuration.load(str(tmp_path / "base.yaml"))
+    assert resolved["model"]["name"] == "hard" and config.model.embedding_dim == 64
+    assert {k: v for k, v in vars(config.model).items() if k in vars(base.model)} == vars(
+        base.model
+    )
+
+
+def test_the_model_families_are_the_config_classes():
+    """Two models share a family (recipe_loader.FAMILY) exactly when one's config class
+    extends the other's."""
+    from transduce.models import MODELS
+    from transduce.recipe_loader import family
+
+    for a, first in MODELS.items():
+        for b, second in MODELS.items():
+            related = issubclass(first.Config, second.Config) or issubclass(
+                second.Config, first.Config
+            )
+            assert (family(a) == family(b)) == related, (a, b)
+
+
+def test_every_shipped_hard_recipe_has_the_sizes_of_its_soft_recipe():
+    """Wu et al. 2018 compare systems of the same size: each hard-* recipe is its soft
+    counterpart's model with hard attention (input feeding as its name says)."""
+    from transduce.recipe_loader import shipped_recipes
+
+    sizes = ("embedding_dim", "encoder_layers", "encoder_size", "decoder_layers")
+    sizes += ("decoder_size", "dropout")
+    checked = 0
+    for name in shipped_recipes():
+        if not name.startswith("paper/wu2018/hard-"):
+            continue
+        soft = name.replace("/hard-reinforce-", "/soft-").replace("/hard-monotonic-", "/soft-")
+        soft = soft.replace("/hard-", "/soft-")
+        hard, _ = configuration.load(name)
+        base, _ = configuration.load(soft)
+        assert hard.model_name == "hard", name
+        assert [getattr(hard.model, k) for k in sizes] == [getattr(base.model, k) for k in sizes], (
+            name
+        )
+        checked += 1
+    assert checked == 40
+
+
 def test_base_errors_are_one_line(tmp_path: Path):
     write(tmp_path / "a.yaml", "base: b.yaml\n")
     write(tmp_path / "b.yaml", "base: c\n")

@@ -196,13 +196,25 @@ def compose(path: Path) -> tuple[dict[str, Any], list[Path]]:
     return data, chain
 
 
+# model families whose options are shared: a `hard` model is an `lstm` with hard attention
+# (its config class extends the LSTM's), so a hard variant of an LSTM recipe keeps the
+# recipe's sizes; tests/test_config.py checks this against the config classes
+FAMILY = {"hard": "lstm"}
+
+
+def family(model_name: Any) -> Any:
+    """The family of a model name: the name of the model whose options it shares."""
+    return FAMILY.get(model_name, model_name) if isinstance(model_name, str) else model_name
+
+
 def _without_other_family(base: dict[str, Any], variant: dict[str, Any]) -> dict[str, Any]:
     """`base` without its `model` section when `variant` names another model family: the
-    options of one family mean nothing to another, so the variant's `model` stands alone."""
+    options of one family mean nothing to another, so the variant's `model` stands alone.
+    Models of one family (`FAMILY`: hard and lstm) merge their sections as any mapping."""
     model, theirs = base.get("model"), variant.get("model")
     if not isinstance(model, dict) or not isinstance(theirs, dict) or "name" not in theirs:
         return base
-    if theirs["name"] != model.get("name"):
+    if family(theirs["name"]) != family(model.get("name")):
         return {k: v for k, v in base.items() if k != "model"}
     return base
 
