@@ -97,9 +97,10 @@ def rescore(
     from transduce.scoring import ScoreRequest, score_request
 
     predictions = run_dir / "test.predictions"
-    directory = Path((report.get("data") or {}).get("directory") or run_dir / "data")
-    references = directory if directory.is_absolute() else run_dir / directory
-    references = references / "test.tsv"
+    recorded = (report.get("data") or {}).get("directory")  # the prepared data it trained on
+    candidates = [Path(recorded) / "test.tsv"] if recorded else []
+    candidates.append(run_dir / "data" / "test.tsv")  # where `train` prepares raw data
+    references = next((c for c in candidates if c.is_file()), candidates[0])
     request = ScoreRequest(
         str(predictions), [str(references)], list(options), ref_col=2, metric_options=options
     )
