@@ -414,3 +414,12 @@ def test_an_unquoted_field_in_a_yaml_list_is_named_with_its_line(tmp_path):
         spec.load(path, tmp_path)
     message = str(caught.value)
     assert message.startswith(f"{path}:4: not a YAML experiment file") and "quote" in message
+
+
+def test_the_shipped_experiments_are_listed_with_what_they_are(run):
+    result = run("experiment", "list")
+    assert result.exit_code == 0, result.output
+    rows = dict(line.split("\t") for line in result.stdout.splitlines())
+    assert sorted(rows) == spec.shipped_experiments()
+    assert rows["wu2018-g2p-nettalk-small"].startswith("Wu, Shapiro & Cotterell (2018), Table 6")
+    assert all(text and len(text) <= 110 for text in rows.values())

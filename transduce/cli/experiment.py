@@ -176,6 +176,21 @@ def _show(directory: Path, loaded: object) -> None:
         ui.stderr.print(report.markdown(report.table(loaded, directory)), markup=False)  # type: ignore[arg-type]
 
 
+@experiment_app.command(name="list")
+def list_command(verbosity: Verbosity = None) -> None:
+    """List the shipped experiments (`experiment run NAME`): NAME<TAB>WHAT on stdout."""
+    import sys
+
+    from transduce.experiments import spec
+
+    rows = [(name, spec.summary(name)) for name in spec.shipped_experiments()]
+    if sys.stdout.isatty():  # aligned for a reader; tab-separated for cut, awk and grep
+        width = max(len(name) for name, _ in rows)
+        typer.echo("\n".join(f"{name:<{width}}  {text}" for name, text in rows))
+    else:
+        typer.echo("\n".join(f"{name}\t{text}" for name, text in rows))
+
+
 @experiment_app.command(name="report")
 def report_command(
     directory: Annotated[

@@ -220,6 +220,21 @@ def shipped_experiments() -> list[str]:
     return sorted(p.stem for p in SHIPPED.glob("*.yaml"))
 
 
+def summary(name: str, width: int = 110) -> str:
+    """What the shipped experiment `name` is: its opening comment (up to the first
+    command line), on one line, cut at a word to `width` characters."""
+    words: list[str] = []
+    for line in (SHIPPED / f"{name}.yaml").read_text(encoding="utf-8").splitlines():
+        text = line.strip()
+        if not text.startswith("#") or text.lstrip("# ").startswith("transduce "):
+            break
+        words += text.lstrip("#").split()
+    joined = " ".join(words)
+    if len(joined) <= width:
+        return joined
+    return joined[: width - 1].rsplit(" ", 1)[0] + " …"
+
+
 def experiment_path(name_or_path: str | Path) -> Path:
     """An experiment file: a path, or the name of a shipped one."""
     path = Path(name_or_path)
