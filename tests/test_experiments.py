@@ -110,11 +110,18 @@ def test_interrupted_halfway_and_run_again_every_cell_is_done_once(grid, tmp_pat
         cell: {p.name: p.stat().st_mtime_ns for p in (out / "runs" / cell).iterdir()}
         for cell in done
     }
-    again = run_experiment("run", grid, "--out", out, "--workers", "2", cwd=tmp_path)
+    again = run_experiment(
+        "run", grid, "--out", out, "--workers", "2", "--threads", "2", cwd=tmp_path
+    )
     assert again.returncode == 0, again.stderr
     assert f"{len(done)} finished before" in again.stderr
     final = json.loads((out / "cells.json").read_text())["cells"]
     assert [c["status"] for c in final] == ["done"] * 8
+    assert "2 at a time, 2 threads each" in again.stderr
+    rerun = next(c["id"] for c in final if c["id"] not in done)
+    assert (
+        yaml.safe_load((out / "runs" / rerun / "config.yaml").read_text())["train"]["threads"] == 2
+    )
     for cell in final:  # each trained to its end once: one summary line in its log
         log = (out / "logs" / f"{cell['id']}.log").read_text()
         assert log.count("best dev acc") == 1, (cell["id"], log)
@@ -372,6 +379,10 @@ def test_ray_options_belong_to_the_ray_executor(grid, tmp_path, run):
     result = run("experiment", "run", grid, "--out", tmp_path / "x", "--gpus", "0.5")
     assert result.exit_code == 2
     assert "--address, --cpus and --gpus are options of --executor ray" in result.output
+    result = run("experiment", "run", grid, "--out", tmp_path / "x", "--executor", "ray",
+                 "--threads", "2")  # fmt: skip
+    assert result.exit_code == 2
+    assert "--workers and --threads are of --executor local" in result.output
     assert not (tmp_path / "x").exists()
 
 

@@ -49,6 +49,15 @@ def run_command(
             min=1, metavar="N", help="Cells run at once.", show_default="the cores, at most 8"
         ),
     ] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            metavar="N",
+            help="Threads of each local cell (e.g. 1 when two experiments share the cores).",
+            show_default="the cores divided between the workers",
+        ),
+    ] = None,
     data_root: Annotated[
         Path | None,
         typer.Option(metavar="DIR", help="The folder of $DATA/ paths.", show_default="as train"),
@@ -82,8 +91,10 @@ def run_command(
     ray = executor.value == "ray"
     if not ray and (address is not None or cpus != 1.0 or gpus != 0.0):
         raise ConfigError("--address, --cpus and --gpus are options of --executor ray")
-    if ray and workers is not None:
-        raise ConfigError("--workers is of --executor local (Ray places cells by --cpus/--gpus)")
+    if ray and (workers is not None or threads is not None):
+        raise ConfigError(
+            "--workers and --threads are of --executor local (Ray places cells by --cpus/--gpus)"
+        )
     for name, value in (("--cpus", cpus), ("--gpus", gpus)):
         if value > 1 and value != int(value):
             raise ConfigError(f"{name} {value:g}: above 1, Ray takes whole numbers only")
@@ -104,7 +115,10 @@ def run_command(
     lock = DirectoryLock(directory / ".lock", directory).acquire()
     try:
         count = workers or runner.default_workers()
-        threads = max(1, int(cpus)) if ray else runner.threads_per_cell(count)
+        if ray:
+            threads = max(1, int(cpus))
+        elif threads is None:
+            threads = runner.threads_per_cell(count)
         todo = [c for c in loaded.cells if not runner.finished(directory / runner.RUNS / c.id)]
         each = f"{threads} thread{'s' if threads > 1 else ''} each"
         how = f"as Ray tasks, {cpus:g} CPU and {gpus:g} GPU" if ray else f"{count} at a time"
