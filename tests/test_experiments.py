@@ -434,3 +434,22 @@ def test_the_shipped_experiments_are_listed_with_what_they_are(run):
     assert sorted(rows) == spec.shipped_experiments()
     assert rows["wu2018-g2p-nettalk-small"].startswith("Wu, Shapiro & Cotterell (2018), Table 6")
     assert all(text and len(text) <= 110 for text in rows.values())
+
+
+def test_cells_chosen_by_pattern_run_alone(grid, tmp_path, run):
+    """--cells runs the matching cells only (exit 0 when they finish); the table names the
+    others as not finished; a pattern that matches nothing is refused before anything."""
+    out = tmp_path / "exp"
+    result = run("experiment", "run", grid, "--out", out, "--cells", "nope.*")
+    assert result.exit_code == 2 and "--cells nope.*: no cell of grid.yaml matches" in (
+        result.output
+    )
+    assert not out.exists()
+    done = run_experiment("run", grid, "--out", out, "--cells", "lstm.copy.*", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "(2 chosen by --cells): 0 finished before, 2 to run" in done.stderr
+    assert sorted(p.name for p in (out / "runs").iterdir()) == [
+        "lstm.copy.seed1",
+        "lstm.copy.seed2",
+    ]
+    assert "2 of 8 cells finished; not finished: lstm.reverse.seed1" in done.stderr

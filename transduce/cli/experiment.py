@@ -49,6 +49,16 @@ def run_command(
             min=1, metavar="N", help="Cells run at once.", show_default="the cores, at most 8"
         ),
     ] = None,
+    cells: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cells",
+            metavar="PATTERN",
+            help="Run only the cells whose id (SYSTEM.DATASET.seedN) matches this shell "
+            "pattern, e.g. 'hard.*' or '*.english.*'; repeat for more.",
+            show_default="every cell",
+        ),
+    ] = None,
     threads: Annotated[
         int | None,
         typer.Option(
@@ -108,6 +118,16 @@ def run_command(
 
         reachable(address)
     loaded = spec.load(experiment, data_root)
+    chosen_cells = loaded.cells
+    if cells:
+        import fnmatch
+
+        chosen_cells = [c for c in loaded.cells if any(fnmatch.fnmatchcase(c.id, p) for p in cells)]
+        if not chosen_cells:
+            raise ConfigError(
+                f"--cells {' '.join(cells)}: no cell of {loaded.path.name} matches "
+                f"(its cells are like {loaded.cells[0].id})"
+            )
     directory = out or Path("experiments") / loaded.path.stem
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory}: exists and is not a directory; choose another --out")
@@ -119,12 +139,13 @@ def run_command(
             threads = max(1, int(cpus))
         elif threads is None:
             threads = runner.threads_per_cell(count)
-        todo = [c for c in loaded.cells if not runner.finished(directory / runner.RUNS / c.id)]
+        todo = [c for c in chosen_cells if not runner.finished(directory / runner.RUNS / c.id)]
         each = f"{threads} thread{'s' if threads > 1 else ''} each"
         how = f"as Ray tasks, {cpus:g} CPU and {gpus:g} GPU" if ray else f"{count} at a time"
+        of = f" ({len(chosen_cells)} chosen by --cells)" if cells else ""
         ui.info(
-            f"{len(loaded.cells)} cells in {directory}: {len(loaded.cells) - len(todo)} finished "
-            f"before, {len(todo)} to run ({how}, {each})"
+            f"{len(loaded.cells)} cells in {directory}{of}: "
+            f"{len(chosen_cells) - len(todo)} finished before, {len(todo)} to run ({how}, {each})"
         )
         runner.write_state(directory, runner.state(loaded, directory, []))
 
@@ -162,10 +183,10 @@ def run_command(
     finally:
         lock.release()
     failed = [o for o in outcomes if o.status == runner.FAILED]
-    left = [c for c in loaded.cells if not runner.finished(directory / runner.RUNS / c.id)]
+    left = [c for c in chosen_cells if not runner.finished(directory / runner.RUNS / c.id)]
     if chosen.stopping and left:
         ui.stderr.print(
-            f"stopped: {len(loaded.cells) - len(left)} of {len(loaded.cells)} cells "
+            f"stopped: {len(chosen_cells) - len(left)} of {len(chosen_cells)} cells "
             "finished; run the same command again to go on",
             markup=False,
             highlight=False,
