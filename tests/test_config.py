@@ -247,10 +247,12 @@ def test_a_hard_variant_of_an_lstm_recipe_keeps_its_sizes(tmp_path: Path):
 
 
 def test_the_model_families_are_the_config_classes():
-    """Two models share a family (recipe_loader.FAMILY) exactly when one's config class
-    extends the other's."""
+    """Two models share a family (recipe_loader.EXTENDS) exactly when one's config class
+    extends the other's, and an extension's own options are the fields it adds."""
+    import dataclasses
+
     from transduce.models import MODELS
-    from transduce.recipe_loader import family
+    from transduce.recipe_loader import EXTENDS, family
 
     for a, first in MODELS.items():
         for b, second in MODELS.items():
@@ -258,6 +260,19 @@ def test_the_model_families_are_the_config_classes():
                 second.Config, first.Config
             )
             assert (family(a) == family(b)) == related, (a, b)
+    for child, (parent, own) in EXTENDS.items():
+        fields = {f.name for f in dataclasses.fields(MODELS[child].Config)}
+        inherited = {f.name for f in dataclasses.fields(MODELS[parent].Config)}
+        assert set(own) == fields - inherited
+
+
+def test_an_lstm_variant_of_a_hard_recipe_keeps_the_sizes_not_the_hard_options(tmp_path):
+    write(tmp_path / "base.yaml", BASE)
+    write(tmp_path / "h.yaml", "base: base.yaml\nmodel: {name: hard, estimator: reinforce}\n")
+    variant = write(tmp_path / "s.yaml", "base: h.yaml\nmodel: {name: lstm}\n")
+    config, resolved = configuration.load(str(variant))
+    assert resolved["model"]["name"] == "lstm" and "estimator" not in resolved["model"]
+    assert config.model.embedding_dim == 64
 
 
 def test_every_shipped_hard_recipe_has_the_sizes_of_its_soft_recipe():

@@ -196,26 +196,36 @@ def compose(path: Path) -> tuple[dict[str, Any], list[Path]]:
     return data, chain
 
 
-# model families whose options are shared: a `hard` model is an `lstm` with hard attention
-# (its config class extends the LSTM's), so a hard variant of an LSTM recipe keeps the
-# recipe's sizes; tests/test_config.py checks this against the config classes
-FAMILY = {"hard": "lstm"}
+# models whose options extend another's: a `hard` model is an `lstm` with hard attention
+# (its config class extends the LSTM's) and these options of its own; tests/test_config.py
+# checks both against the config classes
+EXTENDS = {"hard": ("lstm", ("estimator", "monotonic", "samples", "baseline_decay"))}
 
 
 def family(model_name: Any) -> Any:
-    """The family of a model name: the name of the model whose options it shares."""
-    return FAMILY.get(model_name, model_name) if isinstance(model_name, str) else model_name
+    """The family of a model name: the model whose options it has (itself, or the one it
+    extends)."""
+    return (
+        EXTENDS[model_name][0]
+        if isinstance(model_name, str) and model_name in EXTENDS
+        else model_name
+    )
 
 
 def _without_other_family(base: dict[str, Any], variant: dict[str, Any]) -> dict[str, Any]:
     """`base` without its `model` section when `variant` names another model family: the
     options of one family mean nothing to another, so the variant's `model` stands alone.
-    Models of one family (`FAMILY`: hard and lstm) merge their sections as any mapping."""
+    Within a family the sections merge as any mapping, except that a variant naming the
+    base model of an extended one (`lstm` over `hard`) drops the extension's own options."""
     model, theirs = base.get("model"), variant.get("model")
     if not isinstance(model, dict) or not isinstance(theirs, dict) or "name" not in theirs:
         return base
-    if family(theirs["name"]) != family(model.get("name")):
+    ours = model.get("name")
+    if family(theirs["name"]) != family(ours):
         return {k: v for k, v in base.items() if k != "model"}
+    if theirs["name"] != ours and ours in EXTENDS:  # lstm over hard: hard's own options go
+        own = EXTENDS[ours][1]
+        return {**base, "model": {k: v for k, v in model.items() if k not in own}}
     return base
 
 
