@@ -284,6 +284,15 @@ def test_learning_curves_by_hand(tmp_path):
     assert panels[(None, "dev_loss")]["a"].mean == [(10, 3.0)]
     b = panels[(None, "dev_loss")]["b"]
     assert b.seeds == [[(10, 3.0)]] and b.mean == []  # one seed: no mean line
+    # a running cell: no train.json yet, its metrics.csv as far as it has gone
+    (tmp_path / "runs" / "b.seed2").mkdir()
+    (tmp_path / "runs" / "b.seed2" / "metrics.csv").write_text(
+        "update,epoch,dev_loss,dev_acc\n10,1.0,1.0,20.0\n20,2.0,0.5,\n"
+    )
+    _, panels = report.curves(experiment, tmp_path)
+    b = panels[(None, "dev_loss")]["b"]
+    assert b.seeds == [[(10, 3.0)], [(10, 1.0), (20, 0.5)]] and b.mean == [(10, 2.0)]
+    assert panels[(None, "dev_acc")]["b"].seeds[1] == [(10, 20.0)]  # an empty field: none
     pytest.importorskip("matplotlib")
     first, second = tmp_path / "1.svg", tmp_path / "2.svg"
     report.plot(experiment, tmp_path, first)

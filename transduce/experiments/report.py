@@ -259,15 +259,32 @@ def csv_text(data: dict[str, Any]) -> str:
 
 
 def histories(experiment: Experiment, directory: Path) -> dict[str, list[dict[str, Any]]]:
-    """Each cell's validations so far, finished or not (its train.json's history, a flat
-    row per validation as in metrics.csv); cells without a train.json are left out."""
+    """Each cell's validations so far, finished, interrupted or still running: its
+    metrics.csv (`train.log: [csv]`, written at each validation), else its train.json's
+    history (written when a run stops), as flat rows (`runlog.row`); cells with neither
+    are left out."""
     out = {}
     for cell in experiment.cells:
-        path = directory / RUNS / cell.id / "train.json"
-        if path.is_file():
-            history = json.loads(path.read_text(encoding="utf-8")).get("history") or []
+        run_dir = directory / RUNS / cell.id
+        log, report = run_dir / runlog.CSV, run_dir / "train.json"
+        if log.is_file():
+            with log.open(encoding="utf-8", newline="") as handle:
+                out[cell.id] = [_numbers(row) for row in csv.DictReader(handle)]
+        elif report.is_file():
+            history = json.loads(report.read_text(encoding="utf-8")).get("history") or []
             out[cell.id] = [runlog.row(entry) for entry in history]
     return out
+
+
+def _numbers(row: dict[str, str]) -> dict[str, Any]:
+    """A metrics.csv row with its numbers read (an empty field: None)."""
+    values: dict[str, Any] = {}
+    for key, text in row.items():
+        try:
+            values[key] = int(text) if key == "update" else float(text) if text else None
+        except (TypeError, ValueError):
+            values[key] = None
+    return values
 
 
 def plot_format(path: Path) -> str:
