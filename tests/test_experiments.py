@@ -173,9 +173,24 @@ def test_a_metric_scored_again_with_the_papers_options(tmp_path):
     assert rows["wer"]["values"] == [50.0]  # as the run scored it
     text = report.markdown(data)
     assert "### per (scored again from test.predictions: average=word)" in text
-    (run / "test.predictions").unlink()
-    with pytest.raises(spec.TransduceError, match="a.seed1: cannot score its test.predictions"):
-        report.table(experiment, tmp_path)
+    # a cell that cannot be scored again counts without that metric, and is named
+    (run / "test.predictions").write_text("x y\nz w v u\n")
+    report_path = run / "train.json"
+    recorded = json.loads(report_path.read_text())
+    recorded["data"] = {"test_predictions_sha256": "0" * 64}  # not what the run wrote
+    report_path.write_text(json.dumps(recorded))
+    data = report.table(experiment, tmp_path)
+    rows = {r["metric"]: r for r in data["rows"]}
+    assert rows["per"]["values"] == [] and rows["wer"]["values"] == [50.0]
+    assert data["unscored"] == {
+        "a.seed1": "a.seed1: cannot score its test.predictions again: it changed since the "
+        "run wrote it"
+    }
+    assert "Not scored again, so left out of per: a.seed1: cannot" in report.markdown(data)
+    recorded["data"] = {"outputs": {"test.tsv": "0" * 64}}  # another test split
+    report_path.write_text(json.dumps(recorded))
+    data = report.table(experiment, tmp_path)
+    assert "no test split it was tested on (looked for " in data["unscored"]["a.seed1"]
 
 
 def found_cells(directory: Path) -> list[str]:

@@ -59,11 +59,13 @@ def scores(
     directory: Path,
     stops: dict[str, str] | None = None,
     seconds: dict[str, float] | None = None,
+    unscored: dict[str, str] | None = None,
 ) -> tuple[dict[str, dict], list[str]]:
     """The test scores of each finished cell (by id), with the test split's monotonicity
     where the run measured it (`MONOTONICITY`), and the ids of the others; `stops` gets
     each finished cell's reason to stop (train.json's `stop`), `seconds` its training
-    seconds (over all its sessions)."""
+    seconds (over all its sessions), `unscored` why a cell could not be scored again
+    (`rescore`: it then counts without those metrics)."""
     found, missing = {}, []
     for cell in experiment.cells:
         run_dir = directory / RUNS / cell.id
@@ -75,7 +77,13 @@ def scores(
                 seconds[cell.id] = float(report["training_seconds"])
             found[cell.id] = dict(report.get("test") or {})
             if experiment.score and report.get("test") is not None:
-                found[cell.id].update(rescore(cell.id, run_dir, report, experiment.score))
+                try:
+                    found[cell.id].update(rescore(cell.id, run_dir, report, experiment.score))
+                except TransduceError as error:  # the cell counts without those metrics
+                    for name in experiment.score:
+                        found[cell.id].pop(name, None)
+                    if unscored is not None:
+                        unscored[cell.id] = str(error)
             overall = (report.get("test_monotonicity") or {}).get("overall") or {}
             for name, key in MONOTONICITY.items():
                 if isinstance(overall.get(key), int | float):
@@ -89,25 +97,41 @@ def rescore(
     cell: str, run_dir: Path, report: dict[str, Any], options: dict[str, dict[str, Any]]
 ) -> dict[str, float]:
     """The metrics of `options` (METRIC: its options) scored again, as `transduce score`
-    scores them, from the run's test.predictions against its prepared test split.
+    scores them, from the run's test.predictions against the prepared test split it was
+    tested on (the one recorded in train.json, else RUN_DIR/data; either only if its hash
+    is the recorded one).
 
     Raises:
-        TransduceError: the files are not there, or cannot be scored (naming the cell).
+        TransduceError: no such test split, test.predictions changed since the run wrote
+            it, or the files cannot be scored (naming the cell).
     """
+    from transduce.io import sha256_file
     from transduce.scoring import ScoreRequest, score_request
 
+    data = report.get("data") or {}
     predictions = run_dir / "test.predictions"
-    recorded = (report.get("data") or {}).get("directory")  # the prepared data it trained on
-    candidates = [Path(recorded) / "test.tsv"] if recorded else []
+    expected = (data.get("outputs") or {}).get("test.tsv")
+    candidates = [Path(data["directory"]) / "test.tsv"] if data.get("directory") else []
     candidates.append(run_dir / "data" / "test.tsv")  # where `train` prepares raw data
-    references = next((c for c in candidates if c.is_file()), candidates[0])
+    same = [
+        c for c in candidates if c.is_file() and (expected is None or sha256_file(c) == expected)
+    ]
+    problem = f"{cell}: cannot score its test.predictions again: "
+    if not same:
+        raise TransduceError(
+            problem
+            + f"no test split it was tested on (looked for {', '.join(map(str, candidates))})"
+        )
+    written = data.get("test_predictions_sha256")
+    if written and predictions.is_file() and sha256_file(predictions) != written:
+        raise TransduceError(problem + "it changed since the run wrote it")
     request = ScoreRequest(
-        str(predictions), [str(references)], list(options), ref_col=2, metric_options=options
+        str(predictions), [str(same[0])], list(options), ref_col=2, metric_options=options
     )
     try:
         result = score_request(request)[0]
     except TransduceError as error:
-        raise TransduceError(f"{cell}: cannot score its test.predictions again: {error}") from None
+        raise TransduceError(problem + str(error)) from None
     return {label: score["value"] for label, score in result["scores"].items()}
 
 
@@ -115,7 +139,8 @@ def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
     """The rows of the report, as plain data (what --json writes)."""
     stops: dict[str, str] = {}
     seconds: dict[str, float] = {}
-    found, missing = scores(experiment, directory, stops, seconds)
+    unscored: dict[str, str] = {}
+    found, missing = scores(experiment, directory, stops, seconds, unscored)
     metrics = experiment.metrics or sorted({m for s in found.values() for m in s})
     rows: list[Row] = []
     for system in experiment.systems:
@@ -162,6 +187,7 @@ def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
         "cells": len(experiment.cells),
         "not_done": missing,
         "score": experiment.score,  # metrics scored again from test.predictions
+        "unscored": unscored,  # cells that could not be: counted without those metrics
         "training_seconds": seconds,  # of each finished cell, over all its sessions
         # finished at a training limit, not by early stopping: maybe short of convergence
         "at_limit": {cell: stop for cell, stop in stops.items() if stop.startswith(LIMITS)},
@@ -226,6 +252,11 @@ def markdown(data: dict[str, Any]) -> str:
     if data["not_done"]:
         done += "; not finished: " + ", ".join(data["not_done"])
     out.append(done)
+    if data.get("unscored"):
+        names = ", ".join(data.get("score") or {})
+        out.append(
+            f"\nNot scored again, so left out of {names}: " + "; ".join(data["unscored"].values())
+        )
     timed = data.get("training_seconds") or {}
     if timed:
         per_system: dict[str, list[float]] = {}
