@@ -139,6 +139,10 @@ def test_interrupted_halfway_and_run_again_every_cell_is_done_once(grid, tmp_pat
         all(r["n"] == 2 for r in rows) and len(rows) == 2 * 3 * 2
     )  # systems x datasets+avg x metrics
     assert "| lstm | copy |" in table.stderr and "99.00" in table.stderr
+    # each toy run stopped at its max_updates: named as maybe short of convergence
+    assert "(maybe short of convergence): lstm.copy.seed1 (reached max_updates (60))" in (
+        table.stderr
+    )
 
 
 def fake_run(directory: Path, cell: str, test: dict, monotonicity: dict | None = None) -> None:

@@ -39,3 +39,8 @@ PLOT_FORMATS = ("png", "pdf", "svg")
 
 # how an ensemble combines its models' next-symbol distributions (`transduce.ensemble`)
 ENSEMBLE_MEANS = ("probability", "log-probability")
+
+# how train.json's `stop` begins when a run stopped at a training limit (max_epochs,
+# max_updates, max_minutes) rather than by early stopping: experiment reports name such
+# runs as maybe short of convergence
+STOP_AT_LIMIT = "reached "

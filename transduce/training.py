@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from transduce import config as configuration
+from transduce import defaults
 from transduce.checkpoint import LAST, Checkpointer, clean
 from transduce.data.batching import plan_batches
 from transduce.distributed import World
@@ -138,11 +139,11 @@ class Limits:
         validation, and before the first, so a resumed run that met them stops at once)."""
         t = self.train
         if t.max_epochs is not None and progress.epoch >= t.max_epochs:
-            return f"reached max_epochs ({t.max_epochs})"
+            return f"{defaults.STOP_AT_LIMIT}max_epochs ({t.max_epochs})"
         if t.max_updates is not None and progress.update >= t.max_updates:
-            return f"reached max_updates ({t.max_updates})"
+            return f"{defaults.STOP_AT_LIMIT}max_updates ({t.max_updates})"
         if t.max_minutes is not None and time.perf_counter() - self.clock >= 60 * t.max_minutes:
-            return f"reached max_minutes ({t.max_minutes})"
+            return f"{defaults.STOP_AT_LIMIT}max_minutes ({t.max_minutes})"
         if t.patience is not None and progress.bad_validations >= t.patience:
             return f"no better dev {t.select_on} in {t.patience} validations"
         if t.schedule.type == "plateau" and self.schedule.lr < t.schedule.min_lr:
@@ -476,7 +477,7 @@ class Trainer:
         if self.world.active:
             timed, asked = self.world.agree([stop is not None, interrupts.requested])
             if timed and stop is None:
-                stop = f"reached max_minutes ({self.config.train.max_minutes})"
+                stop = f"{defaults.STOP_AT_LIMIT}max_minutes ({self.config.train.max_minutes})"
             interrupts.agreed = asked  # not `requested`: a SIGINT here later is the first
         return stop
 

@@ -51,9 +51,6 @@ class Row:
         return statistics.stdev(self.values) if len(self.values) > 1 else None
 
 
-LIMITS = ("reached max_epochs", "reached max_updates", "reached max_minutes")
-
-
 def scores(
     experiment: Experiment,
     directory: Path,
@@ -190,7 +187,9 @@ def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
         "unscored": unscored,  # cells that could not be: counted without those metrics
         "training_seconds": seconds,  # of each finished cell, over all its sessions
         # finished at a training limit, not by early stopping: maybe short of convergence
-        "at_limit": {cell: stop for cell, stop in stops.items() if stop.startswith(LIMITS)},
+        "at_limit": {
+            cell: stop for cell, stop in stops.items() if stop.startswith(defaults.STOP_AT_LIMIT)
+        },
     }
 
 
