@@ -351,11 +351,12 @@ def test_plot_refusals_write_nothing(grid, tmp_path, run, monkeypatch):
         ({"seeds": [True]}, "seeds: expected a list of integers"),
         ({"score": {"per": {"average": "line"}}}, "score.per: metric per: average must be"),
         ({"score": {"per": "word"}}, "score: expected METRIC: {OPTION: VALUE}"),
+        ({"score": {"lev": {}}}, "score.lev: not one of the report's metrics ['acc', 'per']"),
     ],
     ids=[
         *("unknown-recipe", "empty-pattern", "unknown-setting", "unknown-key", "seeds"),
         *("published", "published-shape", "published-dataset", "published-number"),
-        *("metric", "seed-bool", "score-option", "score-shape"),
+        *("metric", "seed-bool", "score-option", "score-shape", "score-not-shown"),
     ],
 )
 def test_bad_experiment_files_fail_before_any_run(grid, tmp_path, run, change, message):
@@ -468,7 +469,7 @@ def test_cells_chosen_by_pattern_run_alone(grid, tmp_path, run):
     """--cells runs the matching cells only (exit 0 when they finish); the table names the
     others as not finished; a pattern that matches nothing is refused before anything."""
     out = tmp_path / "exp"
-    result = run("experiment", "run", grid, "--out", out, "--cells", "nope.*")
+    result = run("experiment", "run", grid, "--out", out, "--cells", "lstm.*", "--cells", "nope.*")
     assert result.exit_code == 2 and "--cells nope.*: no cell of grid.yaml matches" in (
         result.output
     )

@@ -122,12 +122,13 @@ def run_command(
     if cells:
         import fnmatch
 
+        for pattern in cells:
+            if not any(fnmatch.fnmatchcase(c.id, pattern) for c in loaded.cells):
+                raise ConfigError(
+                    f"--cells {pattern}: no cell of {loaded.path.name} matches "
+                    f"(its cells are like {loaded.cells[0].id})"
+                )
         chosen_cells = [c for c in loaded.cells if any(fnmatch.fnmatchcase(c.id, p) for p in cells)]
-        if not chosen_cells:
-            raise ConfigError(
-                f"--cells {' '.join(cells)}: no cell of {loaded.path.name} matches "
-                f"(its cells are like {loaded.cells[0].id})"
-            )
     directory = out or Path("experiments") / loaded.path.stem
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory}: exists and is not a directory; choose another --out")

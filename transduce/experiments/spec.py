@@ -340,12 +340,13 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
         metrics,
         published,
         data,
-        _check_score(path, data.get("score")),
+        _check_score(path, data.get("score"), metrics),
     )
 
 
-def _check_score(path: Path, value: Any) -> dict[str, dict[str, Any]]:
-    """score: METRIC: {OPTION: VALUE}, checked as `transduce score` checks its options."""
+def _check_score(path: Path, value: Any, metrics: list[str] | None) -> dict[str, dict[str, Any]]:
+    """score: METRIC: {OPTION: VALUE}, checked as `transduce score` checks its options; a
+    metric the report shows (in `metrics`, when the file lists them)."""
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
@@ -353,6 +354,8 @@ def _check_score(path: Path, value: Any) -> dict[str, dict[str, Any]]:
     from transduce.scoring import ScoreRequest, make_metrics
 
     for name, options in value.items():
+        if metrics is not None and name not in metrics:
+            raise _problem(path, f"score.{name}", f"not one of the report's metrics {metrics}")
         try:
             make_metrics(ScoreRequest("", [], [str(name)], metric_options={name: options}))
         except TransduceError as error:

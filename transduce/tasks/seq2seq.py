@@ -177,11 +177,17 @@ class Seq2SeqTask(Task[TaskData]):
 
     def test_statistics(self, model: Model, data: TaskData) -> dict[str, Any] | None:
         """The monotonicity of the selected attention on every test line (each reference
-        read teacher-forced, as on the dev split and as Rios et al. 2021 measure it)."""
+        read teacher-forced, as on the dev split and as Rios et al. 2021 measure it; with
+        learned positions, the lines longer than the model can read are left out)."""
         test = data.prepared.splits["test"]
         if not test or any(p.target is None for p in test):
             return None
         pairs = encode_pairs(test, data.source_vocab, data.target_vocab)
+        limit = model.max_length  # learned positions: a longer reference cannot be read
+        if limit is not None:
+            pairs = [(s, t) for s, t in pairs if len(s) <= limit and len(t) + 1 <= limit]
+        if not pairs:
+            return None
         statistics = self.forced(model, pairs)[1]
         return statistics if statistics.get("mechanisms") else None
 
