@@ -196,22 +196,24 @@ def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
 def _number(value: float | None, scale: float | None = None) -> str:
     """Two decimals for numbers of magnitude 1 and more (WER 29.38 ± 0.05), three
     significant digits for smaller ones (LEV 0.128, L_mono 5.12e-05); `scale`: the
-    magnitude that decides (a row's mean or published number, for its std and difference)."""
+    magnitude that decides (a metric's largest number, so that a column is alike)."""
     if value is None:
         return ""
     scale = value if scale is None else scale
     return f"{value:.2f}" if scale == 0 or abs(scale) >= 1 else f"{value:.3g}"
 
 
-def _scale(row: dict[str, Any]) -> float | None:
-    return row["mean"] if row["mean"] is not None else row["published"]
+def _column_scale(rows: list[dict[str, Any]]) -> float:
+    """The largest magnitude among a metric's means and published numbers."""
+    numbers = [abs(r[k]) for r in rows for k in ("mean", "published") if r[k] is not None]
+    return max(numbers, default=0.0)
 
 
-def _cell(row: dict[str, Any]) -> str:
+def _cell(row: dict[str, Any], scale: float) -> str:
     if row["mean"] is None:
         return "–"
-    std = f" ± {_number(row['std'], row['mean'])}" if row["std"] is not None else ""
-    return f"{_number(row['mean'])}{std} (n={row['n']})"
+    std = f" ± {_number(row['std'], scale)}" if row["std"] is not None else ""
+    return f"{_number(row['mean'], scale)}{std} (n={row['n']})"
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -220,6 +222,7 @@ def markdown(data: dict[str, Any]) -> str:
     out = []
     for metric in data["metrics"]:
         rows = [r for r in data["rows"] if r["metric"] == metric]
+        scale = _column_scale(rows)  # one number format per metric
         with_datasets = any(r["dataset"] is not None for r in rows)
         again = data.get("score", {}).get(metric)
         how = ", ".join(f"{k}={v}" for k, v in again.items()) if again else ""
@@ -241,9 +244,9 @@ def markdown(data: dict[str, Any]) -> str:
         for r in ordered:
             cells = [r["system"]] + ([r["dataset"] or ""] if with_datasets else [])
             cells += [
-                _cell(r),
-                _number(r["published"], _scale(r)),
-                _number(r["difference"], _scale(r)),
+                _cell(r, scale),
+                _number(r["published"], scale),
+                _number(r["difference"], scale),
             ]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
