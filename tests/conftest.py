@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -18,6 +19,12 @@ REPO = Path(__file__).parent.parent
 # elsewhere; the tests train as on a CPU without it (in this process and its children),
 # so that they run the same on every machine. Tests of `auto` set it themselves.
 os.environ["TRANSDUCE_NATIVE_BF16"] = "0"
+
+# A test run started in the background by a non-interactive shell (`pytest &`) inherits
+# SIGINT ignored, and Python then installs no KeyboardInterrupt handler: the Ctrl-C tests
+# need the handler a terminal gives, in this process and the runs it starts.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def transduce_env() -> dict[str, str]:
