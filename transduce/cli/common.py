@@ -32,6 +32,18 @@ Verbosity = Annotated[
 ]
 
 
+def echo_names(rows: list[tuple[str, str]]) -> None:
+    """NAME and what it is, a line each on stdout: aligned for a reader at a terminal,
+    NAME<TAB>TEXT for cut, awk and grep."""
+    import sys
+
+    if sys.stdout.isatty():
+        width = max((len(name) for name, _ in rows), default=0)
+        typer.echo("\n".join(f"{name:<{width}}  {text}" for name, text in rows))
+    else:
+        typer.echo("\n".join(f"{name}\t{text}" for name, text in rows))
+
+
 def choices(name: str, values: Iterable[str]) -> type[Enum]:
     """A str Enum of `values`, so that Typer validates and completes them."""
     return Enum(name, {value: value for value in values}, type=str)  # type: ignore[return-value]

@@ -215,16 +215,10 @@ def _show(directory: Path, loaded: object) -> None:
 @experiment_app.command(name="list")
 def list_command(verbosity: Verbosity = None) -> None:
     """List the shipped experiments (`experiment run NAME`): NAME<TAB>WHAT on stdout."""
-    import sys
-
+    from transduce.cli.common import echo_names
     from transduce.experiments import spec
 
-    rows = [(name, spec.summary(name)) for name in spec.shipped_experiments()]
-    if sys.stdout.isatty():  # aligned for a reader; tab-separated for cut, awk and grep
-        width = max(len(name) for name, _ in rows)
-        typer.echo("\n".join(f"{name:<{width}}  {text}" for name, text in rows))
-    else:
-        typer.echo("\n".join(f"{name}\t{text}" for name, text in rows))
+    echo_names([(name, spec.summary(name)) for name in spec.shipped_experiments()])
 
 
 @experiment_app.command(name="report")
