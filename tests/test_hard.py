@@ -142,7 +142,7 @@ def exact_bound_gradient(model, batch, fed):
     mask = batch.target_mask.double()
     tokens = mask.sum()
     if not fed:  # without feeding the bound is sum_i sum_j alpha_j(i) log p(y_i | a_i = j)
-        _, scores, queries, projected = model._decoder_states(batch)
+        _, scores, queries, projected, _ = model._decoder_states(batch)
         log_alpha = torch.log_softmax(
             scores.masked_fill(~batch.source_mask[:, None, :], -math.inf), dim=-1
         )  # B x T x S

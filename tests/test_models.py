@@ -102,6 +102,31 @@ VARIANTS = {
             attention=AttentionConfig(type="local_m", scorer="mlp", window=1),
         ),
     ),
+    "lstm-copy": (
+        "lstm",
+        LSTMConfig(embedding_dim=8, encoder_size=6, decoder_size=7, copy=True),
+    ),
+    "lstm-copy-feeding-local-m": (
+        "lstm",
+        LSTMConfig(
+            embedding_dim=8,
+            encoder_size=6,
+            decoder_size=7,
+            input_feeding=True,
+            attention=AttentionConfig(type="local_m", window=1),
+            copy=True,
+        ),
+    ),
+    "hard-exact-copy": (
+        "hard",
+        HardAttentionConfig(embedding_dim=8, encoder_size=6, decoder_size=7, copy=True),
+    ),
+    "hard-monotonic-copy": (
+        "hard",
+        HardAttentionConfig(
+            embedding_dim=8, encoder_size=6, decoder_size=7, monotonic=True, copy=True
+        ),
+    ),
     "hard-exact": (
         "hard",
         HardAttentionConfig(embedding_dim=8, encoder_size=6, decoder_size=7, encoder_layers=2),

@@ -86,11 +86,17 @@ def load_prepared(directory: str | Path) -> Prepared:
 
 
 def build_vocabs(
-    pairs: Sequence[Pair], shared: bool = False, min_count: int = 1, fraction: float = 1.0
+    pairs: Sequence[Pair],
+    shared: bool = False,
+    min_count: int = 1,
+    fraction: float = 1.0,
+    copy: bool = False,
 ) -> tuple[Vocab, Vocab]:
     """Source and target vocabularies of the training pairs (one joint one if `shared`), of
     the symbols seen at least `min_count` times; the source keeps the most frequent
-    `fraction` of its distinct symbols (rounded up)."""
+    `fraction` of its distinct symbols (rounded up). With `copy` (a model that copies source
+    symbols, `transduce.models.copy`) the target vocabulary is followed by every source
+    symbol it lacks, in the source vocabulary's order."""
     sources = [p.source for p in pairs]
     targets = [p.target for p in pairs if p.target is not None]
     if shared:
@@ -101,7 +107,10 @@ def build_vocabs(
             )
         joint = Vocab.build([*sources, *targets], min_count)
         return joint, joint
-    return Vocab.build(sources, min_count, fraction), Vocab.build(targets, min_count)
+    source, target = Vocab.build(sources, min_count, fraction), Vocab.build(targets, min_count)
+    if copy:
+        target = Vocab([*target.symbols, *(s for s in source.symbols if s not in target)])
+    return source, target
 
 
 @dataclass

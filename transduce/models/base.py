@@ -168,6 +168,10 @@ class Seq2SeqModel(Model):
     def step(self, state: State, previous: Tensor) -> Step:
         """One decoder step from the previous output ids (B)."""
 
+    def read_vocabularies(self, source: list[str], target: list[str]) -> None:
+        """Take what the model needs to know of its symbols (the task calls it once the
+        model is built, before any weights are loaded); most models need nothing."""
+
     def alignment_posterior(self, batch: Batch) -> Tensor | None:
         """p(a_i = j | y, x) of the reference targets, B x K x T x S, for models whose
         alignment is a latent variable (hard attention); None for the others."""

@@ -66,6 +66,7 @@ from torch.utils.checkpoint import checkpoint
 from transduce import defaults
 from transduce.data.batching import Batch
 from transduce.models.base import Seq2SeqOutput, State, Step, register, wide
+from transduce.models.copy import mix_emission
 from transduce.models.layers import lstm_step
 from transduce.models.lstm import LSTMConfig, LSTMModel
 
@@ -95,6 +96,8 @@ class HardAttentionConfig(LSTMConfig):
                 f"attention.type: hard attention is over the whole source (global), "
                 f"not {self.attention.type}"
             )
+        if self.copy and self.estimator != "exact":
+            problems.append("copy: needs estimator: exact (the emission of each alignment)")
         if self.samples < 1:
             problems.append(f"samples: must be at least 1, not {self.samples}")
         if not 0 <= self.baseline_decay < 1:
@@ -134,12 +137,20 @@ class HardAttentionModel(LSTMModel):
         split = self.config.decoder_size
         return self.combine.weight[:, :split], self.combine.weight[:, split:]
 
-    def _emission(self, queries: Tensor, projected: Tensor) -> Tensor:
+    def _emission(
+        self,
+        queries: Tensor,
+        projected: Tensor,
+        gates: Tensor | None = None,
+        index: Tensor | None = None,
+    ) -> Tensor:
         """log p(v | a_i = j, y_<i, x) for every step and position, eqs. (8)-(9).
 
         Args:
             queries: S_h h_i + bias, B x T x d_s.
             projected: S_c h_j, B x S x d_s.
+            gates: with `copy`, the logits of p_gen_ij, B x T x S (`transduce.models.copy`).
+            index: with `copy`, the target id of each source symbol, B x S.
 
         Returns:
             B x T x S x V log-probabilities (float32).
@@ -151,7 +162,10 @@ class HardAttentionModel(LSTMModel):
             B, T, _, D = combined.shape
             combined = combined * self.drop(combined.new_ones(B, T, 1, D))  # B x T x S x d_s
         logits = self.output(combined)  # B x T x S x V
-        return torch.log_softmax(wide(logits), dim=-1)
+        emission = torch.log_softmax(wide(logits), dim=-1)
+        if gates is None or index is None:
+            return emission
+        return mix_emission(emission, gates, index)  # the alignment's symbol may be copied
 
     @staticmethod
     def _log_alpha(scores: Tensor, mask: Tensor) -> Tensor:
@@ -216,10 +230,13 @@ class HardAttentionModel(LSTMModel):
         mask: Tensor,
         target: Tensor,
         post: Tensor,
+        gates: Tensor | None = None,
+        index: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Mixture log-probs B x t x V, priors B x t x S and the carried posterior B x S for
-        a block of t target steps (`post` only matters for the monotonic model)."""
-        emission = self._emission(queries, projected)  # B x t x S x V
+        a block of t target steps (`post` only matters for the monotonic model; `gates` and
+        `index` only with copy)."""
+        emission = self._emission(queries, projected, gates, index)  # B x t x S x V
         if self.config.monotonic:
             gold = self._gold(emission, target)  # B x t x S
             prior, post = self._priors(self._transitions(scores, mask), gold, post)
@@ -228,9 +245,10 @@ class HardAttentionModel(LSTMModel):
         log_probs = torch.logsumexp(prior.unsqueeze(-1) + emission, dim=2)  # B x t x V, eq. (3)
         return log_probs, prior, post
 
-    def _decoder_states(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def _decoder_states(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
         """Decoder states h_i (eq. 10) and the score and emission inputs of every step:
-        scores e_ij B x T x S, queries S_h h_i + b B x T x d_s, projections S_c h_j B x S x d_s."""
+        scores e_ij B x T x S, queries S_h h_i + b B x T x d_s, projections S_c h_j B x S x d_s,
+        and with copy the logits of p_gen_ij, B x T x S (else None)."""
         memory, keys = self.encode(batch)  # B x S x 2H
         embedded = self.drop(self.target_embedding(batch.target_in))  # B x T x E
         states, _ = self.decoder(embedded)  # B x T x H
@@ -239,7 +257,12 @@ class HardAttentionModel(LSTMModel):
         weight_h, weight_c = self._split_combine()
         queries = torch.nn.functional.linear(states, weight_h, self.combine.bias)  # B x T x d_s
         projected = torch.matmul(memory, weight_c.t())  # B x S x d_s
-        return states, scores, queries, projected
+        gates = None
+        if self.config.copy:
+            gates = self.gate.project(memory).unsqueeze(1) + self.gate.query(
+                states, embedded
+            ).unsqueeze(-1)  # B x T x S
+        return states, scores, queries, projected, gates
 
     # ---------------------------------------------------------------- forward
 
@@ -248,7 +271,8 @@ class HardAttentionModel(LSTMModel):
             return self._sampled(batch)
         if self.config.input_feeding:  # a loop of `step` with the expected feed
             return super().forward(batch)
-        _, scores, queries, projected = self._decoder_states(batch)
+        _, scores, queries, projected, gates = self._decoder_states(batch)
+        index = self.copy_map[batch.source] if gates is not None else None  # B x S
         mask = batch.source_mask
         B, T, S = scores.shape
         post = self._start(scores[:, 0])  # B x S
@@ -262,6 +286,8 @@ class HardAttentionModel(LSTMModel):
                 mask,
                 batch.target_out[:, start : start + rows],
                 post,
+                None if gates is None else gates[:, start : start + rows],
+                index,
             )
             if rows < T and torch.is_grad_enabled():  # keep memory bounded: recompute
                 blocks.append(checkpoint(self._block, *block, use_reentrant=False))
@@ -288,9 +314,12 @@ class HardAttentionModel(LSTMModel):
                 "and their posterior is intractable (§5.1)"
             )
         with torch.enable_grad():
-            _, scores, queries, projected = self._decoder_states(batch)
+            _, scores, queries, projected, gates = self._decoder_states(batch)
             scores, queries, projected = scores.detach(), queries.detach(), projected.detach()
-            emission = self._emission(queries, projected)  # B x T x S x V
+            index = None
+            if gates is not None:
+                gates, index = gates.detach(), self.copy_map[batch.source]
+            emission = self._emission(queries, projected, gates, index)  # B x T x S x V
             gold = self._gold(emission, batch.target_out).detach()  # B x T x S
             mask = batch.source_mask
             if not self.config.monotonic:
@@ -312,7 +341,7 @@ class HardAttentionModel(LSTMModel):
         if self.config.input_feeding:
             log_probs, log_prior, alpha = self._sampled_fed(batch, k)
         else:
-            _, scores, queries, projected = self._decoder_states(batch)
+            _, scores, queries, projected, _ = self._decoder_states(batch)
             log_alpha = self._log_alpha(scores, batch.source_mask)  # B x T x S, eq. (6)
             alpha = log_alpha.exp()  # B x T x S
             B, T, S = alpha.shape
@@ -422,7 +451,8 @@ class HardAttentionModel(LSTMModel):
         return state
 
     def _step(self, state: State, previous: Tensor) -> Step:
-        embedded = self._feed(self.drop(self.target_embedding(previous)), state)  # B x E'
+        token = self.drop(self.target_embedding(previous))  # B x E
+        embedded = self._feed(token, state)  # B x E'
         output, h, c = lstm_step(self.decoder, embedded, state["h"], state["c"], self.drop)
         output = self.drop(output)  # B x H
         scores = self.attention.scores(output.unsqueeze(1), state["keys"]).squeeze(1)  # B x S
@@ -440,6 +470,9 @@ class HardAttentionModel(LSTMModel):
         query = torch.addmm(self.combine.bias, output, weight_h.t())  # B x d_s
         combined = torch.tanh(query.unsqueeze(1) + state["projected"])  # B x S x d_s, eq. (9)
         emission = torch.log_softmax(self.output(self.drop(combined)), dim=-1)  # B x S x V
+        if self.config.copy:  # p_gen_ij for this step's h_i and every h_j
+            gates = state["gate_memory"] + self.gate.query(output, token).unsqueeze(-1)  # B x S
+            emission = mix_emission(emission, gates, state["copy_index"])  # B x S x V
         log_probs = torch.logsumexp(prior.unsqueeze(-1) + emission, dim=1)  # B x V, eq. (3)
         alpha = prior.exp().unsqueeze(1)  # B x 1 x S
         if self.config.input_feeding:  # the expected c̄ under alpha

@@ -17,6 +17,9 @@ Without input feeding the decoder states do not depend on the attention, so trai
 the decoder LSTM over the whole target in one call and computes every attention step at
 once (one batched product; local attention: the centres by a cumulative sum, then every
 step's window): no Python loop over time steps.
+
+With `copy: true` the output distribution is See et al.'s (2017) pointer-generator mixture
+of eq. (8) and the attention mass on each source symbol (`transduce.models.copy`).
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ from transduce.models.base import (
     register,
     wide,
 )
+from transduce.models.copy import CopyGate, copy_map, mix
 from transduce.models.layers import BiLSTM, Dropout, lstm_step
-from transduce.special import PAD_ID
+from transduce.special import PAD_ID, UNK_ID
 
 
 @dataclass
@@ -67,6 +71,9 @@ class LSTMConfig(ModelConfig):
     match_parameters: bool = False
     dropout: float = 0.4
     tie_embeddings: bool = False  # W of eq. (8) = the target embeddings (needs d_s = embedding_dim)
+    # a pointer-generator copy distribution over the source symbols (`transduce.models.copy`;
+    # the target vocabulary then holds every training source symbol too)
+    copy: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.attention, str):
@@ -162,6 +169,14 @@ class LSTMModel(Seq2SeqModel):
         if c.tie_embeddings:
             self.output.weight = self.target_embedding.weight
         self.drop = Dropout(c.dropout)
+        if c.copy:  # See et al. (2017), eq. (8); the copy map: `read_vocabularies`
+            self.gate = CopyGate(memory, c.decoder_size, c.embedding_dim)
+            self.register_buffer("copy_map", torch.full((source_vocab,), UNK_ID), persistent=False)
+
+    def read_vocabularies(self, source: list[str], target: list[str]) -> None:
+        """With `copy`: the target id of each source id, by spelling."""
+        if self.config.copy:
+            self.copy_map.copy_(copy_map(source, target))
 
     @property
     def attention_names(self) -> list[str]:
@@ -212,7 +227,12 @@ class LSTMModel(Seq2SeqModel):
         else:  # eq. (10): the whole target in one LSTM call, all attention steps in one bmm
             embedded = self.drop(self.target_embedding(batch.target_in))  # B x T x E
             states, _ = self.decoder(embedded)  # B x T x H
-            alpha, _, log_probs = self._attend(self.drop(states), memory, keys, batch.source_mask)
+            states = self.drop(states)
+            alpha, _, log_probs = self._attend(states, memory, keys, batch.source_mask)
+            if self.config.copy:  # eqs. (8)-(9) of See et al. (2017), every step at once
+                gate = torch.bmm(alpha, self.gate.project(memory).unsqueeze(-1)).squeeze(-1)
+                gate = gate + self.gate.query(states, embedded)  # B x T
+                log_probs = mix(log_probs, gate, alpha, self.copy_map[batch.source])
             attention = alpha.unsqueeze(1)  # B x 1 x T x S
         return Seq2SeqOutput(
             log_probs, attention, self.attention_names, batch.source_mask, batch.target_mask
@@ -243,6 +263,10 @@ class LSTMModel(Seq2SeqModel):
         }
         if c.input_feeding:
             state["feed"] = memory.new_zeros(size, self.d_s)  # B x d_s: c̄_0 = 0
+        if c.copy:
+            state["copy_index"] = self.copy_map[batch.source]  # B x S: target ids
+            with torch.autocast(memory.device.type, enabled=False):
+                state["gate_memory"] = self.gate.project(memory)  # B x S: w_h*^T h_j
         if self.local is not None:
             state["last"] = self._last(batch.source_mask)  # B
             state["position"] = memory.new_full((size,), LocalAttention.START)  # B: p_0
@@ -267,7 +291,8 @@ class LSTMModel(Seq2SeqModel):
         return self.merge(joined) if self.config.feed_merge == "linear" else joined
 
     def _step(self, state: State, previous: Tensor) -> Step:
-        embedded = self._feed(self.drop(self.target_embedding(previous)), state)  # B x E'
+        token = self.drop(self.target_embedding(previous))  # B x E
+        embedded = self._feed(token, state)  # B x E'
         output, h, c = lstm_step(self.decoder, embedded, state["h"], state["c"], self.drop)  # B x H
         output = self.drop(output)
         new = dict(state)
@@ -292,6 +317,10 @@ class LSTMModel(Seq2SeqModel):
         weight = self.combine.weight[:, : self.config.decoder_size]  # S_h
         combined = torch.tanh(torch.addmm(self.combine.bias, output, weight.t()) + mixed)  # B x d_s
         log_probs = torch.log_softmax(self.output(self.drop(combined)), dim=-1)  # B x V, eq. (8)
+        if self.config.copy:  # See et al. (2017), eqs. (8)-(9)
+            weights = alpha.squeeze(1)  # B x S
+            gate = (weights * state["gate_memory"]).sum(-1) + self.gate.query(output, token)  # B
+            log_probs = mix(log_probs, gate, weights, state["copy_index"])  # B x V
         new.update(h=h, c=c)  # B x L x H
         if self.config.input_feeding:
             new["feed"] = combined  # B x d_s

@@ -63,8 +63,9 @@ class Seq2SeqTask(Task[TaskData]):
         splits = self.read_splits(directory)
         if vocabs is None:
             shared = c.model.shared_vocabulary
+            copy = bool(getattr(c.model, "copy", False))
             source, target = build_vocabs(
-                splits.train, shared, c.data.min_count, c.data.vocab_fraction
+                splits.train, shared, c.data.min_count, c.data.vocab_fraction, copy
             )
         else:
             source, target = Vocab(vocabs["source"]), Vocab(vocabs["target"])
@@ -83,7 +84,9 @@ class Seq2SeqTask(Task[TaskData]):
 
     def build_model(self, vocabs: dict[str, list[str]]) -> Model:
         model = self.construct(vocabs)
-        self.mechanisms(expect(model, Seq2SeqModel))  # layers and heads it has, or say so
+        seq2seq = expect(model, Seq2SeqModel)
+        self.mechanisms(seq2seq)  # layers and heads it has, or say so
+        seq2seq.read_vocabularies(vocabs["source"], vocabs["target"])
         return model
 
     def mechanisms(self, model: Seq2SeqModel) -> list[int]:

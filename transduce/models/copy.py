@@ -1,0 +1,104 @@
+"""The copy mechanism: a pointer-generator output distribution (See, Liu and Manning 2017,
+"Get To The Point", §2.2), for the `lstm` and `hard` families (`model.copy: true`).
+
+At decoder step t, with the attention a^t over the source positions, the context vector
+h*_t, the decoder state s_t and the decoder input x_t (here the embedding of the previous
+output symbol), the generation probability is (eq. 8)
+
+    p_gen = sigmoid(w_h*^T h*_t + w_s^T s_t + w_x^T x_t + b_ptr)
+
+and the output distribution over the target vocabulary is (eq. 9)
+
+    P(w) = p_gen P_vocab(w) + (1 - p_gen) sum_{i: x_i = w} a^t_i.
+
+The sum runs over the source positions whose symbol is w: the source symbol is mapped to
+the target vocabulary by its spelling (`copy_index`). With `copy: true` the target
+vocabulary is the training targets' symbols followed by every training source symbol that
+is not among them (`transduce.data.dataset.build_vocabs`), so every source symbol has a
+target id and the mixture is a distribution: a letter that the training forms never
+showed can still be copied. (See et al. extend the vocabulary per batch with the source's
+OOV words; a source symbol never seen in training, `<unk>`, is copied here as `<unk>`.)
+
+w_h*^T h*_t is sum_i a^t_i (w_h*^T h_i): the encoder states are projected to one number
+each once per source (`gate_memory`), and a step mixes those with its attention. With
+local attention this uses the normalized weights of the model contract (the context of
+Tjandra et al. is not normalized); forward and step compute it the same way.
+
+**Hard attention** (`model.name: hard`, exact estimator): the copy enters each alignment's
+emission, p(y_i = w | a_i = j) = p_gen_ij P_vocab(w | j) + (1 - p_gen_ij) [x_j = w], with
+p_gen_ij = sigmoid(w_c^T h_j + w_s^T h_i + w_x^T e(y_{i-1}) + b): the emission of an
+alignment to x_j may copy x_j (a hard-attention copy as in CLUZH's transducer, whose COPY
+action writes the attended symbol), and the mixture over alignments of eq. (3) is as before.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from transduce.special import UNK_ID
+
+
+def copy_map(source: list[str], target: list[str]) -> Tensor:
+    """For each source id, the target id of the same symbol (`<unk>`'s when it has none)."""
+    index = {symbol: i for i, symbol in enumerate(target)}
+    return torch.tensor([index.get(symbol, UNK_ID) for symbol in source], dtype=torch.long)
+
+
+class CopyGate(nn.Module):
+    """p_gen of eq. (8) as three linear maps, to 1 unit each: of the encoder states (the
+    context term), of the decoder state (with the bias) and of the decoder input."""
+
+    def __init__(self, memory_size: int, state_size: int, input_size: int) -> None:
+        super().__init__()
+        self.memory = nn.Linear(memory_size, 1, bias=False)  # w_h*
+        self.state = nn.Linear(state_size, 1)  # w_s, b_ptr
+        self.input = nn.Linear(input_size, 1, bias=False)  # w_x
+
+    def project(self, memory: Tensor) -> Tensor:
+        """w_h*^T h_i for every encoder state: B x S x 2H -> B x S."""
+        return self.memory(memory).squeeze(-1)
+
+    def query(self, states: Tensor, inputs: Tensor) -> Tensor:
+        """w_s^T s_t + w_x^T x_t + b_ptr: ... x H and ... x E -> ..."""
+        return (self.state(states) + self.input(inputs)).squeeze(-1)
+
+
+def mix(log_vocab: Tensor, gate: Tensor, attention: Tensor, index: Tensor) -> Tensor:
+    """log P(w) of eq. (9).
+
+    Args:
+        log_vocab: log P_vocab, B x [T x] V.
+        gate: the logit of p_gen, B x [T].
+        attention: a^t over the source positions, B x [T x] S (0 on padding).
+        index: the target id of each source symbol, B x S.
+
+    Returns:
+        B x [T x] V log-probabilities (float32 or wider).
+    """
+    log_vocab, gate, attention = log_vocab.float(), gate.float(), attention.float()
+    p_gen = torch.sigmoid(gate).unsqueeze(-1)  # B x [T x] 1
+    if attention.dim() == 3:
+        index = index.unsqueeze(1).expand(-1, attention.shape[1], -1)  # B x T x S
+    copied = torch.zeros_like(log_vocab).scatter_add_(-1, index, attention)  # B x [T x] V
+    probs = p_gen * log_vocab.exp() + (1 - p_gen) * copied
+    return probs.clamp_min(torch.finfo(probs.dtype).tiny).log()
+
+
+def mix_emission(log_emission: Tensor, gate: Tensor, index: Tensor) -> Tensor:
+    """The hard-attention emission with copy, log p(w | a_i = j) (module docstring).
+
+    Args:
+        log_emission: log P_vocab(w | j), B x [T x] S x V.
+        gate: the logit of p_gen_ij, B x [T x] S.
+        index: the target id of each source symbol, B x S.
+
+    Returns:
+        B x [T x] S x V log-probabilities.
+    """
+    log_emission, gate = log_emission.float(), gate.float()
+    p_gen = torch.sigmoid(gate).unsqueeze(-1)  # B x [T x] S x 1
+    if log_emission.dim() == 4:
+        index = index.unsqueeze(1).expand(-1, log_emission.shape[1], -1)  # B x T x S
+    probs = (p_gen * log_emission.exp()).scatter_add(-1, index.unsqueeze(-1), 1 - p_gen)
+    return probs.clamp_min(torch.finfo(probs.dtype).tiny).log()
