@@ -24,6 +24,7 @@ Subwords = choices("Subwords", Parallel.LIBRARIES)
 
 _SPLITS = "Splits"
 _TSV, _CMU, _CONLLU, _PARALLEL = "tsv format", "cmudict format", "conllu format", "parallel format"
+_HALLUCINATION = "Hallucination (tsv, sigmorphon)"
 
 
 def _format_option(help: str, panel: str, default: str, *names: str) -> Any:
@@ -118,6 +119,19 @@ def prepare_command(
             "--bpe-joint/--bpe-separate",
         ),
     ] = None,
+    hallucinate: Annotated[
+        int | None,
+        _format_option(
+            "Training pairs to add: real ones with their shared stem replaced by random characters "
+            "(Anastasopoulos & Neubig 2019).",
+            _HALLUCINATION,
+            "0",
+            "--hallucinate",
+        ),
+    ] = None,
+    hallucinate_seed: Annotated[
+        int | None, _format_option("Seed of the hallucination.", _HALLUCINATION, "--seed")
+    ] = None,
     verbosity: Verbosity = None,
 ) -> None:
     """Read raw data and write a prepared dataset directory (train/dev/test.tsv, manifest.json)."""
@@ -128,6 +142,7 @@ def prepare_command(
         "source_unit": source_unit, "target_unit": target_unit, "features_sep": features_sep,
         "keep_stress": keep_stress, "lowercase": lowercase, "tag": tag,
         "subwords": subwords, "bpe_merges": bpe_merges, "bpe_joint": bpe_joint,
+        "hallucinate": hallucinate, "hallucinate_seed": hallucinate_seed,
     }  # fmt: skip
     given = {"train": train or inputs, "dev": dev, "test": test}
     request = PrepareRequest(
@@ -161,6 +176,12 @@ def _summary(out: Path, manifest: dict[str, Any]) -> None:
         ui.stderr.print(table)
     sides = manifest["sides"]
     ui.info(f"units: source {sides['source']['unit']}, target {sides['target']['unit']}")
+    hallucination = manifest["hallucination"]
+    if hallucination["pairs"]:
+        ui.info(
+            f"train: {hallucination['real_pairs']} real pairs, then "
+            f"{hallucination['pairs']} hallucinated (from {hallucination['eligible_pairs']})"
+        )
     for item in manifest["inputs"]:
         ui.detail(f"read {item['split']}: {item['name']} ({item['bytes']} bytes)")
     skipped = manifest["skipped"]

@@ -11,6 +11,8 @@ Formats:
     sigmorphon  CoNLL-SIGMORPHON 2017 task 1 (`lemma<TAB>form<TAB>V;SG;3;PRS`)
     conllu      Universal Dependencies CoNLL-U, one sentence per example, tags as target
     parallel    two line-aligned text files, words or BPE subwords
+
+tsv and sigmorphon also take `hallucinate` and `hallucinate_seed` (`HallucinationOptions`).
 """
 
 from __future__ import annotations
@@ -153,6 +155,26 @@ class Options:
     """Base of the per-format option dataclasses."""
 
 
+@dataclass
+class HallucinationOptions:
+    """Options of the formats whose source and target share an alphabet (tsv, sigmorphon).
+
+    `hallucinate` new training pairs (Anastasopoulos & Neubig 2019, `transduce.data.
+    hallucinate`) are added after the split, seeded by `hallucinate_seed` (None: the split
+    seed).
+    """
+
+    hallucinate: int = 0
+    hallucinate_seed: int | None = None
+
+
+HALLUCINATION_OPTIONS = frozenset(f.name for f in dataclasses.fields(HallucinationOptions))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class Format(ABC):
     """A raw data format: its options, how many files make one split, and its reader."""
 
@@ -164,11 +186,29 @@ class Format(ABC):
     def __init__(self, **options: Any) -> None:
         valid = {f.name for f in dataclasses.fields(self.Options)}
         unknown = sorted(set(options) - valid)
+        if HALLUCINATION_OPTIONS & set(unknown):
+            raise ConfigError(
+                f"--hallucinate: the {self.name} format has no lemma and form of one alphabet "
+                "to hallucinate from (it works with tsv and sigmorphon)"
+            )
         if unknown:
             flags = ", ".join("--" + key.replace("_", "-") for key in unknown)
             raise ConfigError(f"{flags}: not an option of the {self.name} format")
         self.options = self.Options(**options)
         self.validate()
+        if isinstance(self.options, HallucinationOptions):
+            self._validate_hallucination(self.options)
+
+    @staticmethod
+    def _validate_hallucination(o: HallucinationOptions) -> None:
+        if not _is_int(o.hallucinate) or o.hallucinate < 0:
+            raise ConfigError(
+                f"--hallucinate must be a whole number of pairs, at least 0, not {o.hallucinate!r}"
+            )
+        if o.hallucinate_seed is not None and not _is_int(o.hallucinate_seed):
+            raise ConfigError(
+                f"--hallucinate-seed must be a whole number, not {o.hallucinate_seed!r}"
+            )
 
     def validate(self) -> None:  # noqa: B027  (optional hook)
         """Check option values (raise `ConfigError`)."""
@@ -224,7 +264,7 @@ def _missing_target(file: InputFile, number: int, line: str, expected: str) -> D
 
 
 @dataclass
-class TsvOptions(Options):
+class TsvOptions(HallucinationOptions, Options):
     source_col: int = 1
     target_col: int = 2
     features_col: int | None = None
@@ -425,7 +465,7 @@ class Cmudict(LineFormat):
 
 
 @dataclass
-class SigmorphonOptions(Options):
+class SigmorphonOptions(HallucinationOptions, Options):
     pass
 
 

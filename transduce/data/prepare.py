@@ -4,6 +4,8 @@ The directory holds `train.tsv`, `dev.tsv` and `test.tsv` in one canonical forma
 symbols separated by single spaces, TAB, target symbols, and optionally TAB and feature
 symbols; the target is empty in a test file without answers) and `manifest.json`. It is
 built under a temporary name and renamed into place, so a failure leaves nothing behind.
+With the tsv and sigmorphon option `hallucinate` (Anastasopoulos & Neubig 2019), that
+many hallucinated pairs follow the real ones in `train.tsv` (`transduce.data.hallucinate`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from transduce import defaults
-from transduce.data.formats import Example, Format, InputFile, Problems, ReadContext, get_format
+from transduce.data import hallucinate
+from transduce.data.formats import (
+    Example,
+    Format,
+    HallucinationOptions,
+    InputFile,
+    Problems,
+    ReadContext,
+    get_format,
+)
 from transduce.data.splits import check_ratios, source_key, split_examples
 from transduce.errors import ConfigError, DataError
 from transduce.io import (
@@ -176,11 +187,47 @@ def _prepare(request: PrepareRequest, fmt: Format) -> dict[str, Any]:
         if carve:
             pieces = split_examples(splits["train"], carve, request.seed, files["train"][0].name)
             splits.update(pieces)
+        hallucination = _hallucinate(fmt, splits, request.seed, files["train"][0].name)
         splits = fmt.finish(splits, workdir)
         outputs = _write_splits(splits, workdir)
-        manifest = _manifest(request, fmt, files, splits, carved, problems, outputs)
+        manifest = _manifest(request, fmt, files, splits, carved, problems, outputs, hallucination)
         write_file(workdir / MANIFEST, to_json(manifest).encode("utf-8"))
     return manifest
+
+
+def _hallucinate(
+    fmt: Format, splits: dict[str, list[Example]], seed: int, name: str
+) -> dict[str, Any]:
+    """Append the format's `hallucinate` pairs to the training split (never dev or test).
+
+    train.tsv then holds the real pairs, then the hallucinated ones; the returned manifest
+    entry says how many of each, so they can be told apart.
+    """
+    options = fmt.options
+    if not isinstance(options, HallucinationOptions) or not options.hallucinate:
+        return {"pairs": 0}
+    if options.hallucinate_seed is None:
+        options.hallucinate_seed = seed  # resolved, so the manifest's options say it
+    sides = fmt.sides()
+    units = sides["source"]["unit"], sides["target"]["unit"]
+    if units[0] != units[1]:
+        raise ConfigError(
+            f"--hallucinate needs source and target in the same units, not {units[0]} and "
+            f"{units[1]} (set --source-unit and --target-unit)"
+        )
+    real = splits["train"]
+    new, counts = hallucinate.hallucinate(real, options.hallucinate, options.hallucinate_seed, name)
+    splits["train"] = [*real, *new]
+    return {
+        "pairs": len(new),
+        "seed": options.hallucinate_seed,
+        "real_pairs": len(real),  # train.tsv: lines 1..real_pairs real, the rest hallucinated
+        **counts,
+        "min_stretch": hallucinate.MIN_STRETCH,
+        "alignment": hallucinate.ALIGNMENT,
+        "method": "Anastasopoulos & Neubig 2019, sec. 3: each aligned stretch of identical "
+        "symbols replaced by the same uniform random symbols in source and target",
+    }
 
 
 def _check_split(examples: list[Example], split: str, files: Sequence[InputFile]) -> None:
@@ -242,6 +289,7 @@ def _manifest(
     carved: list[str],
     problems: Problems,
     outputs: dict[str, dict[str, Any]],
+    hallucination: dict[str, Any],
 ) -> dict[str, Any]:
     sides = fmt.sides()
     return {
@@ -263,6 +311,7 @@ def _manifest(
             "test_ratio": request.test_ratio,
         },
         "lines": {split: len(splits[split]) for split in SPLITS},
+        "hallucination": hallucination,  # its pairs are the last lines of train.tsv
         "test_has_targets": all(e.target is not None for e in splits["test"]),
         "overlap": _overlap(splits),
         "skipped": problems.as_dict(),
