@@ -15,6 +15,7 @@ from transduce.models import build_model
 from transduce.models.copy import copy_map, mix, mix_emission
 from transduce.models.hard import HardAttentionConfig
 from transduce.models.lstm import LSTMConfig
+from transduce.models.transformer import TransformerConfig
 from transduce.special import SPECIALS, UNK_ID
 
 
@@ -61,6 +62,14 @@ def _models():
     return {
         "lstm": build_model("lstm", LSTMConfig(**small), 9, 11),
         "hard": build_model("hard", HardAttentionConfig(**small), 9, 11),
+        "transformer": build_model(
+            "transformer",
+            TransformerConfig(
+                encoder_layers=1, decoder_layers=2, d_model=8, heads=2, feedforward=8, copy=True
+            ),
+            9,
+            11,
+        ),
     }
 
 
@@ -70,7 +79,7 @@ SOURCE = [*SPECIALS, "s5", "s6", "s7", "s8"]
 TARGET = [*SPECIALS, "s6", "s8", "t7", "t8", "s5", "s7"]
 
 
-@pytest.mark.parametrize("family", ["lstm", "hard"])
+@pytest.mark.parametrize("family", ["lstm", "hard", "transformer"])
 def test_the_models_distribution_is_the_mixture(family):
     torch.manual_seed(0)
     model = _models()[family].eval()
@@ -85,8 +94,8 @@ def test_the_models_distribution_is_the_mixture(family):
         generated = model.step(state, b.target_in[:, 0])
     p = copied.log_probs.exp()[0]
     assert p.sum().item() == pytest.approx(1.0, abs=1e-5)
-    if family == "lstm":  # the attention mass of each source symbol, at its target id
-        alpha = copied.attention[0, 0]
+    if family != "hard":  # the attention mass of each source symbol, at its target id
+        alpha = copied.attention[0, -2:].mean(0)  # lstm: its one; transformer: the last layer
         assert p[9].item() == pytest.approx((alpha[0] + alpha[4]).item(), abs=1e-5)
         assert p[5].item() == pytest.approx(alpha[1].item(), abs=1e-5)
         assert p[10].item() == pytest.approx(alpha[2].item(), abs=1e-5)
@@ -94,23 +103,17 @@ def test_the_models_distribution_is_the_mixture(family):
     assert p[[9, 5, 10, 6]].sum().item() == pytest.approx(1.0, abs=1e-5)  # only copies
     assert p[7].item() < 1e-6 and p[8].item() < 1e-6  # t7, t8: in no source
     assert generated.log_probs.exp()[0, 7].item() > 1e-4  # generation reaches them
-    # in between, exactly p_gen * P_vocab + (1 - p_gen) * copy (See et al. eq. 9)
+    # in between, exactly p_gen * P_vocab + (1 - p_gen) * copy (See et al. eq. 9): t7 can
+    # only be generated, so its probability gives p_gen, and every symbol must then agree
     with torch.no_grad():
         model.gate.state.bias.zero_()
-        gate = state["gate_memory"] + model.gate.query(
-            torch.zeros(1, 7), model.target_embedding(b.target_in[:, 0])
-        ).unsqueeze(-1)
         mixed = model.step(state, b.target_in[:, 0]).log_probs.exp()[0]
-    if family == "lstm":
-        alpha = copied.attention[0, 0]
-        # the decoder output differs from the zeros above: recompute p_gen from the step
+    assert mixed.sum().item() == pytest.approx(1.0, abs=1e-5)
+    if family != "hard":  # (hard: a p_gen per alignment, checked by hand above)
         p_gen = (mixed[7] / generated.log_probs.exp()[0, 7]).item()
         expected = p_gen * generated.log_probs.exp()[0] + (1 - p_gen) * p
         assert torch.allclose(mixed, expected, atol=1e-5)
         assert 0.01 < p_gen < 0.99
-    else:
-        assert gate.shape == (1, 5)
-        assert mixed.sum().item() == pytest.approx(1.0, abs=1e-5)
 
 
 def test_forward_scores_the_copy():

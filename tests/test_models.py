@@ -157,6 +157,12 @@ VARIANTS = {
         "transformer",
         TransformerConfig(encoder_layers=2, decoder_layers=2, d_model=16, heads=4, feedforward=24),
     ),
+    "transformer-copy": (
+        "transformer",
+        TransformerConfig(
+            encoder_layers=1, decoder_layers=2, d_model=16, heads=4, feedforward=24, copy=True
+        ),
+    ),
     "transformer-post-learned": (
         "transformer",
         TransformerConfig(

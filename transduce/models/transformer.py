@@ -15,6 +15,11 @@ instead of source position embeddings, learnable temperature, convolved attentio
 Decoding keeps a cache of each layer's past
 self-attention keys and values and the cross-attention keys and values of the source, so
 a step costs one position, not the whole prefix.
+
+With `copy: true` the output is See et al.'s (2017) pointer-generator mixture
+(`transduce.models.copy`), whose attention a^t is the mean over the heads of the last
+decoder layer's cross-attention (before any dropout on it), whose decoder state is the
+last layer's (normalized) output and whose input is the embedded previous symbol.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from torch import Tensor, nn
 from transduce.data.batching import Batch
 from transduce.errors import DataError
 from transduce.models.base import ModelConfig, Seq2SeqModel, Seq2SeqOutput, State, Step, register
+from transduce.models.copy import CopyGate, copy_map, mix
 from transduce.models.layers import Dropout
 from transduce.models.selfattention import (
     AttentionOptions,
@@ -38,7 +44,7 @@ from transduce.models.selfattention import (
     merge_heads,
     split_heads,
 )
-from transduce.special import PAD_ID, SEP_ID
+from transduce.special import PAD_ID, SEP_ID, UNK_ID
 
 
 @dataclass
@@ -71,6 +77,8 @@ class TransformerConfig(AttentionOptions, ModelConfig):
     # <sep> keep vanilla positions); sinusoidal positions only
     position_scheme: Literal["vanilla", "separator"] = "vanilla"
     tie_embeddings: Literal["none", "target", "all"] = "target"
+    # a pointer-generator copy distribution over the source symbols (`transduce.models.copy`)
+    copy: bool = False
 
     length_option = "max_positions"
 
@@ -334,6 +342,30 @@ class TransformerModel(Seq2SeqModel):
         self._initialize()
         if c.tie_embeddings != "none":
             self.output.weight = self.target_embedding.weight
+        if c.copy:  # See et al. (2017), eq. (8); the copy map: `read_vocabularies`
+            self.gate = CopyGate(c.d_model, c.d_model, c.d_model)
+            self.register_buffer("copy_map", torch.full((source_vocab,), UNK_ID), persistent=False)
+
+    def read_vocabularies(self, source: list[str], target: list[str]) -> None:
+        """With `copy`: the target id of each source id, by spelling."""
+        if self.config.copy:
+            self.copy_map.copy_(copy_map(source, target))
+
+    def _copy(
+        self,
+        log_probs: Tensor,
+        last: Tensor,
+        output: Tensor,
+        inputs: Tensor,
+        gate_memory: Tensor,
+        index: Tensor,
+    ) -> Tensor:
+        """The copy mixture of eq. (9) from the last layer's weights B x H x [T x] S, the
+        normalized output B x [T x] D, the embedded inputs and w_h*^T h_j B x S."""
+        alpha = last.float().mean(dim=1)  # B x [T x] S
+        context = alpha * gate_memory.unsqueeze(-2) if alpha.dim() == 3 else alpha * gate_memory
+        gate = context.sum(-1) + self.gate.query(output, inputs).float()  # B x [T]
+        return mix(log_probs, gate, alpha, index)
 
     def _initialize(self) -> None:
         for module in self.modules():
@@ -386,13 +418,19 @@ class TransformerModel(Seq2SeqModel):
     def forward(self, batch: Batch) -> Seq2SeqOutput:
         memory = self.encode(batch)
         x = self._embed(self.target_embedding, batch.target_in)  # B x T x D
+        inputs = x
         weights, used = [], []
         for layer in self.decoder:
             k, v = layer.cross_attention.memory(memory)
             x, w, u = layer(x, k, v, batch.source_mask)
             weights.append(w)  # B x H x T x S
             used.append(u)
-        log_probs = torch.log_softmax(self.output(self.decoder_norm(x)), dim=-1)  # B x T x V
+        output = self.decoder_norm(x)  # B x T x D
+        log_probs = torch.log_softmax(self.output(output), dim=-1)  # B x T x V
+        if self.config.copy:
+            gate_memory = self.gate.project(memory).float()  # B x S
+            index = self.copy_map[batch.source]  # B x S
+            log_probs = self._copy(log_probs, weights[-1], output, inputs, gate_memory, index)
         attention = torch.cat(weights, dim=1)  # B x (L*H) x T x S
         return Seq2SeqOutput(
             log_probs,
@@ -415,6 +453,9 @@ class TransformerModel(Seq2SeqModel):
         for i, layer in enumerate(self.decoder):
             state[f"mk{i}"], state[f"mv{i}"] = layer.cross_attention.memory(memory)
             state[f"k{i}"], state[f"v{i}"] = empty, empty
+        if self.config.copy:
+            state["copy_index"] = self.copy_map[batch.source]  # B x S: target ids
+            state["gate_memory"] = self.gate.project(memory).float()  # B x S: w_h*^T h_j
         return state
 
     def step(self, state: State, previous: Tensor) -> Step:
@@ -423,9 +464,15 @@ class TransformerModel(Seq2SeqModel):
             self.target_embedding(previous) * self.scale + self.positions(position)
         ).unsqueeze(1)  # B x 1 x D
         new = dict(state, position=position + 1)
+        inputs = x[:, 0]  # B x D
         weights = []
         for i, layer in enumerate(self.decoder):
             x, w, new[f"k{i}"], new[f"v{i}"] = layer.step(x, state, i)
             weights.append(w[:, :, 0])  # B x H x S
-        log_probs = torch.log_softmax(self.output(self.decoder_norm(x[:, 0])), dim=-1)  # B x V
+        output = self.decoder_norm(x[:, 0])  # B x D
+        log_probs = torch.log_softmax(self.output(output), dim=-1)  # B x V
+        if self.config.copy:
+            log_probs = self._copy(
+                log_probs, weights[-1], output, inputs, state["gate_memory"], state["copy_index"]
+            )
         return Step(log_probs, torch.cat(weights, dim=1), new)  # B x (L*H) x S
