@@ -49,8 +49,8 @@ def test_every_problem_is_reported_together():
         "extra: unknown section",
         "train.batch_size: expected an integer, got 'big'",
         "train.optimiser: unknown key (did you mean optimizer?)",
-        "train.schedule.type: expected one of constant, inverse_sqrt, plateau, cosine, got "
-        "'linear'",
+        "train.schedule.type: expected one of constant, inverse_sqrt, plateau, cosine, "
+        "sockeye_inv_sqrt, got 'linear'",
         "model.embedding_dim: expected an integer, got 2.5",
         "model.attention: expected a mapping or one of dot, general, bilinear, mlp, got 'luong'",
         "decode.beam: must be at least 1",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,23 @@ def test_min_count_leaves_rare_symbols_to_unk(tmp_path: Path):
     loaded = trainer.task.load_data(trainer.task.prepared_dir(trainer.run_dir))
     assert "z" not in loaded.source_vocab and "Z" not in loaded.target_vocab
     assert "b" in loaded.source_vocab and "B" in loaded.target_vocab
+
+
+def test_the_sockeye_schedule_at_hand_computed_points():
+    """Sockeye 1.18's fixed-rate-inv-sqrt-t with warm-up 4000 and a half life of 10
+    checkpoints of 400 updates (Rios et al. 2021): min(lr / sqrt(1 + 3t / 4000),
+    lr (t + 1) / 4001), by hand at four updates."""
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.Adam([parameter], lr=1e-3)
+    config = configuration.ScheduleConfig(type="sockeye_inv_sqrt", warmup=4000, half_life=4000)
+    schedule = Schedule(config, optimizer, 1e-3)
+    expected = {
+        1: 1e-3 * 2 / 4001,  # warming up: 5.00e-7
+        2393: 1e-3 / math.sqrt(1 + 3 * 2393 / 4000),  # the peak, 5.98e-4 (warm-up: 5.98e-4)
+        4000: 0.5e-3,  # one half life
+        100_000: 1e-3 / math.sqrt(76),  # 1.15e-4
+    }
+    for update, rate in expected.items():
+        schedule.before_update(update)
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(rate, rel=1e-9)
+    assert 1e-3 * 2394 / 4001 > expected[2393] > 1e-3 / math.sqrt(1 + 3 * 2394 / 4000)

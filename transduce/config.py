@@ -194,10 +194,17 @@ class ScheduleConfig:
     to `min_lr` at update `until` (default: train.max_updates) along half a cosine,
     min_lr + (lr - min_lr) (1 + cos(pi (u - 1) / (until - 1))) / 2, then `min_lr`: a run
     anneals within a number of updates fixed in advance, whatever the machine's speed.
+    sockeye_inv_sqrt (Sockeye 1.18's `fixed-rate-inv-sqrt-t` with `--learning-rate-warmup`,
+    which Rios et al. 2021 trained with: `lr_scheduler.LearningRateSchedulerInvSqrtT`):
+    min(lr / sqrt(1 + 3 t / half_life), lr (t + 1) / (warmup + 1)) at update t, the rate
+    halved after `half_life` updates (Sockeye's half life in checkpoints times its updates
+    per checkpoint: 10 x 400 for Rios et al.); with lr 1e-3 and warm-up 4000 it peaks at
+    6.0e-4 near update 2,393.
     """
 
-    type: Literal["constant", "inverse_sqrt", "plateau", "cosine"] = "constant"
+    type: Literal["constant", "inverse_sqrt", "plateau", "cosine", "sockeye_inv_sqrt"] = "constant"
     warmup: int = 4000
+    half_life: int = 4000  # sockeye_inv_sqrt: updates until the rate is halved
     until: int | None = None  # cosine: the update that reaches min_lr; None: max_updates
     factor: float = 0.5
     patience: int = 1
@@ -205,7 +212,8 @@ class ScheduleConfig:
     monitor: Literal["metric", "loss"] = "metric"
 
     def check(self) -> list[str]:
-        problems = _at_least(self, 1, "warmup", "patience") + _at_least(self, 0, "min_lr")
+        problems = _at_least(self, 1, "warmup", "patience", "half_life")
+        problems += _at_least(self, 0, "min_lr")
         if self.until is not None and self.until < 2:
             problems.append(f"until: must be at least 2, not {self.until}")
         if not 0 < self.factor < 1:

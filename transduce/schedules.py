@@ -33,7 +33,7 @@ class Schedule:
                 "train.schedule: the cosine schedule needs the update it ends at "
                 "(schedule.until, or train.max_updates), at least 2"
             )
-        self.lr = lr if config.type != "inverse_sqrt" else 0.0
+        self.lr = lr if config.type not in ("inverse_sqrt", "sockeye_inv_sqrt") else 0.0
         self.best: float | None = None
         self.bad = 0
         self._apply()
@@ -47,6 +47,9 @@ class Schedule:
         if self.config.type == "inverse_sqrt":
             warmup = self.config.warmup
             self.lr = self.base * min(update / warmup, math.sqrt(warmup / update))
+            self._apply()
+        elif self.config.type == "sockeye_inv_sqrt":
+            self.lr = sockeye_inv_sqrt(self.base, update, self.config.warmup, self.config.half_life)
             self._apply()
         elif self.config.type == "cosine":
             low, until = self.config.min_lr, self.until
@@ -81,6 +84,14 @@ class Schedule:
         if self.config.until is None and state.get("until") is not None:
             self.until = state["until"]
         self._apply()
+
+
+def sockeye_inv_sqrt(base: float, update: int, warmup: int, half_life: int) -> float:
+    """Sockeye 1.18's `fixed-rate-inv-sqrt-t` rate at update t with a linear warm-up:
+    min(base / sqrt(1 + 3 t / half_life), base (t + 1) / (warmup + 1)). The factor 3 makes
+    the rate half the base at t = half_life: 1 / sqrt(1 + 3) = 1/2."""
+    decayed = base / math.sqrt(1 + 3 * update / half_life)
+    return min(decayed, base * (update + 1) / (warmup + 1)) if warmup > 0 else decayed
 
 
 class MonotonicityWeight:
