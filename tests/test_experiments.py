@@ -352,11 +352,98 @@ def test_plot_refusals_write_nothing(grid, tmp_path, run, monkeypatch):
         ({"score": {"per": {"average": "line"}}}, "score.per: metric per: average must be"),
         ({"score": {"per": "word"}}, "score: expected METRIC: {OPTION: VALUE}"),
         ({"score": {"lev": {}}}, "score.lev: not one of the report's metrics ['acc', 'per']"),
+        ({"ensemble": ["lstm"]}, "ensemble: expected {systems: [NAME, ...], mean: ...}"),
+        ({"ensemble": {"systems": ["nope"]}}, "ensemble.systems: 'nope' is not a system of"),
+        ({"ensemble": {"mean": "median"}}, "ensemble.mean: 'median': one of probability, log-"),
+        ({"ensemble": {"members": 3}}, "ensemble.members: unknown key (valid: mean, systems)"),
+        ({"references": {"lstm": {}}}, "references.lstm: a system of this experiment (give"),
+        ({"references": {"b": {"german": {"acc": 1}}}}, "references.b.german: not a dataset"),
+        ({"references": {"b": {"average": {"acc": 1}}}}, "references.b.average: the average"),
+        ({"references": {"b": {"copy": {"accuracy": 1}}}}, "references.b.copy.accuracy: not a"),
+        ({"references": {"b": {"copy": {"acc": "x"}}}}, "references.b.copy.acc: expected a n"),
+        ({"references": {"b c": {}}}, "references.b c: a name of letters, digits"),
+        (
+            {"systems": {"a": {"recipe": "lstm.yaml", "search": {"trials": 0, "space": {}}}}},
+            "systems.a.search.trials: expected a positive integer, got 0",
+        ),
+        (
+            {
+                "systems": {
+                    "a": {
+                        "recipe": "lstm.yaml",
+                        "search": {
+                            "trials": 2,
+                            "space": {"train.optimizer.lr": {"normal": [0, 1]}},
+                        },
+                    }
+                }
+            },
+            "systems.a.search.space.train.optimizer.lr: expected one of {uniform: [A, B]}",
+        ),
+        (
+            {
+                "systems": {
+                    "a": {
+                        "recipe": "lstm.yaml",
+                        "search": {
+                            "trials": 2,
+                            "space": {"train.optimizer.lr": {"loguniform": [0, 1]}},
+                        },
+                    }
+                }
+            },
+            "systems.a.search.space.train.optimizer.lr.loguniform: expected A > 0",
+        ),
+        (
+            {
+                "systems": {
+                    "a": {
+                        "recipe": "lstm.yaml",
+                        "search": {
+                            "trials": 2,
+                            "space": {"model.encoder_size": {"int": [16.5, 32]}},
+                        },
+                    }
+                }
+            },
+            "systems.a.search.space.model.encoder_size.int: expected [A, B], integers",
+        ),
+        (
+            {
+                "systems": {
+                    "a": {
+                        "recipe": "lstm.yaml",
+                        "search": {"trials": 2, "space": {"train.seed": {"int": [1, 3]}}},
+                    }
+                }
+            },
+            "systems.a.search.space.train.seed: not searched",
+        ),
+        (
+            {
+                "systems": {
+                    "a": {
+                        "recipe": "lstm.yaml",
+                        "search": {"trials": 2, "space": {"train.bogus": {"choice": [1, 2]}}},
+                    }
+                }
+            },
+            "systems.a (trial a-t1), dataset copy: ",
+        ),
+        (
+            {"systems": {"a": {"recipe": "lstm.yaml", "search": {"trials": 2, "sapce": {}}}}},
+            "systems.a.search.sapce: unknown key (valid: seed, space, trials)",
+        ),
     ],
     ids=[
         *("unknown-recipe", "empty-pattern", "unknown-setting", "unknown-key", "seeds"),
         *("published", "published-shape", "published-dataset", "published-number"),
         *("metric", "seed-bool", "score-option", "score-shape", "score-not-shown"),
+        *("ensemble-shape", "ensemble-system", "ensemble-mean", "ensemble-key"),
+        *("reference-system", "reference-dataset", "reference-average", "reference-metric"),
+        *("reference-number", "reference-name"),
+        *("search-trials", "search-distribution", "search-loguniform", "search-int"),
+        *("search-seed", "search-unknown-setting", "search-key"),
     ],
 )
 def test_bad_experiment_files_fail_before_any_run(grid, tmp_path, run, change, message):
@@ -373,7 +460,7 @@ def test_bad_experiment_files_fail_before_any_run(grid, tmp_path, run, change, m
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: "), result.output
     assert message in lines[0]
-    if change == {"set": {"train.bogus": 1}}:
+    if change == {"set": {"train.bogus": 1}} or "train.bogus" in str(change):
         assert "train.bogus: unknown key" in lines[0]
     assert not (tmp_path / "exp").exists()
 
@@ -424,7 +511,12 @@ def test_shipped_experiments_are_found_by_name():
         spec.experiment_path("no-such-experiment")
 
 
-NO_PUBLISHED_NUMBERS = {"wu2018-inflection-medium-small", "dufter2020-pos-ewt"}
+NO_PUBLISHED_NUMBERS = {
+    "wu2018-inflection-medium-small",
+    "dufter2020-pos-ewt",
+    "small-data-search-g2p",  # dev searches: nothing published to compare
+    "small-data-search-inflection",
+}
 
 
 @pytest.mark.slow
@@ -437,9 +529,9 @@ def test_shipped_experiments_load_with_the_real_data():
     for name in spec.shipped_experiments():
         loaded = spec.load(name, root)
         assert loaded.cells
-        # every paper experiment carries the paper's numbers, except where the paper has
-        # none for that data (the file says so)
-        assert loaded.published or name in NO_PUBLISHED_NUMBERS, name
+        # every paper experiment carries the paper's numbers (or a shared task's, as
+        # references), except where the paper has none for that data (the file says so)
+        assert loaded.published or loaded.references or name in NO_PUBLISHED_NUMBERS, name
 
 
 def test_an_unquoted_field_in_a_yaml_list_is_named_with_its_line(tmp_path):
@@ -482,3 +574,490 @@ def test_cells_chosen_by_pattern_run_alone(grid, tmp_path, run):
         "lstm.copy.seed2",
     ]
     assert "2 of 8 cells finished; not finished: lstm.reverse.seed1" in done.stderr
+
+
+# ------------------------------------------------------------------ ensembles of the seeds
+
+
+@pytest.fixture(scope="module")
+def ensembled(tmp_path_factory) -> tuple[Path, Path]:
+    """A 1-system x 2-dataset x 2-seed toy grid with `ensemble:` (beam 2), run once: its
+    experiment file and its experiment directory (copy it before changing it)."""
+    root = tmp_path_factory.mktemp("ensembled")
+    data = root / "data"
+    data.mkdir()
+    for task in ("copy", "reverse"):
+        write_task(data, task)
+    short = {"max_updates": 60, "validate_every": 20, "precision": "fp32"}
+    (root / "lstm.yaml").write_text(
+        yaml.safe_dump(recipe(data / "copy-prepared", TINY_LSTM, **short))
+    )
+    experiment = {
+        "systems": {"lstm": {"recipe": "lstm.yaml", "set": {"decode.beam": 2}}},
+        "datasets": {
+            "match": str(data / "{task}-prepared"),
+            "set": {"data.prepared": str(data / "{task}-prepared")},
+        },
+        "seeds": [1, 2],
+        "metrics": ["acc", "per"],
+        "ensemble": {"systems": "all"},
+    }
+    path = root / "ensembled.yaml"
+    path.write_text(yaml.safe_dump(experiment, sort_keys=False))
+    out = root / "exp"
+    result = run_experiment("run", path, "--out", out, "--workers", "2", cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    return path, out
+
+
+def results_only(source: Path, destination: Path) -> Path:
+    """What a report needs, copied by hand: cells.json, each run's train.json and
+    test.predictions, ensembles/*/* (no checkpoints, data, metrics.csv or logs)."""
+    import shutil
+
+    destination.mkdir(parents=True)
+    shutil.copy(source / "cells.json", destination)
+    for run in (source / "runs").iterdir():
+        (destination / "runs" / run.name).mkdir(parents=True)
+        for name in ("train.json", "test.predictions"):
+            shutil.copy(run / name, destination / "runs" / run.name)
+    shutil.copytree(source / "ensembles", destination / "ensembles")
+    return destination
+
+
+def test_the_seeds_of_a_system_decode_the_test_split_as_one_ensemble(ensembled, tmp_path):
+    """EXP_DIR/ensembles/SYSTEM.DATASET/: test.predictions as `transduce decode RUN_1 RUN_2
+    test.tsv --beam 2` prints it (the cells' decode options), a line per test line in its
+    order; ensemble.json with the members, the test split's hash as their train.json
+    record it, the decode options, and the test scores as a run scores its test split."""
+    from transduce.scoring import ScoreRequest, score_request
+
+    _, out = ensembled
+    for dataset in ("copy", "reverse"):
+        members = [f"lstm.{dataset}.seed{s}" for s in (1, 2)]
+        folder = out / "ensembles" / f"lstm.{dataset}"
+        record = json.loads((folder / "ensemble.json").read_text())
+        trained = [json.loads((out / "runs" / m / "train.json").read_text()) for m in members]
+        assert [m["cell"] for m in record["members"]] == members
+        assert record["test_sha256"] == trained[0]["data"]["outputs"]["test.tsv"]
+        assert record["decode"]["beam"] == 2 and record["mean"] == "probability"
+        test = Path(trained[0]["data"]["directory"]) / "test.tsv"
+        decoded = subprocess.run(
+            [sys.executable, "-m", "transduce", "decode", *(out / "runs" / m for m in members),
+             test, "--input-format", "tsv", "--beam", "2"],
+            capture_output=True, text=True, env=transduce_env(), check=True,
+        ).stdout  # fmt: skip
+        predictions = (folder / "test.predictions").read_text()
+        assert predictions == decoded
+        assert len(predictions.splitlines()) == len(test.read_text().splitlines())
+        assert record["test"].keys() == trained[0]["test"].keys()  # the run's metrics
+        # scored as a run scores its test split: as `transduce score` scores the files,
+        # for the ensemble as for each of its members
+        for scored, predicted in [
+            (record["test"], folder / "test.predictions"),
+            *((t["test"], out / "runs" / m / "test.predictions") for t, m in zip(trained, members)),
+        ]:
+            request = ScoreRequest(str(predicted), [str(test)], ["acc", "per"], ref_col=2)
+            again = score_request(request)[0]["scores"]
+            assert scored["acc"] == pytest.approx(again["acc"]["value"])
+            assert scored["per"] == pytest.approx(again["per"]["value"])
+    states = json.loads((out / "cells.json").read_text())["ensembles"]
+    assert [(s["id"], s["status"]) for s in states] == [
+        ("lstm.copy", "done"),
+        ("lstm.reverse", "done"),
+    ]
+
+
+def test_the_report_has_a_row_per_ensemble_and_reads_the_results_alone(ensembled, tmp_path):
+    """`SYSTEM (ensemble of K)` per dataset (n = 1, no std) and its average over the
+    datasets; the same table from a folder with nothing but cells.json, the runs'
+    train.json and test.predictions, and ensembles/."""
+    _, out = ensembled
+    full = report.table(runner.read_state(out), out)
+    rows = {(r["system"], r["dataset"], r["metric"]): r for r in full["rows"]}
+    for dataset in ("copy", "reverse"):
+        record = json.loads((out / "ensembles" / f"lstm.{dataset}" / "ensemble.json").read_text())
+        row = rows[("lstm (ensemble of 2)", dataset, "acc")]
+        assert row["values"] == [record["test"]["acc"]] and row["n"] == 1
+        assert row["std"] is None and row["ensemble"] == 2
+    average = rows[("lstm (ensemble of 2)", "average", "per")]
+    assert average["mean"] == pytest.approx(
+        statistics.fmean(
+            rows[("lstm (ensemble of 2)", d, "per")]["mean"] for d in ("copy", "reverse")
+        )
+    )
+    assert rows[("lstm", "copy", "acc")]["ensemble"] is None
+    assert full["ensembles_done"] == 2 and full["ensembles_not_done"] == []
+    bare = results_only(out, tmp_path / "results")
+    assert (
+        run_experiment("report", bare, "--json", tmp_path / "bare.json", cwd=tmp_path).returncode
+        == 0
+    )
+    assert (
+        run_experiment("report", out, "--json", tmp_path / "full.json", cwd=tmp_path).returncode
+        == 0
+    )
+    assert json.loads((tmp_path / "bare.json").read_text()) == json.loads(
+        (tmp_path / "full.json").read_text()
+    )
+    text = report.markdown(full)
+    assert "| lstm (ensemble of 2) | average |" in text and "2 of 2 ensembles decoded" in text
+    # without ensembles/: the runs' table, the ensembles named as not decoded
+    import shutil
+
+    shutil.rmtree(bare / "ensembles")
+    data = report.table(runner.read_state(bare), bare)
+    assert data["ensembles_not_done"] == ["lstm.copy", "lstm.reverse"]
+    assert all(r["n"] == 0 for r in data["rows"] if r["ensemble"])
+    assert "0 of 2 ensembles decoded; not decoded: lstm.copy, lstm.reverse" in report.markdown(data)
+
+
+def test_an_ensemble_is_decoded_once_and_again_when_a_member_changed(ensembled, tmp_path):
+    import shutil
+
+    path, source = ensembled
+    out = shutil.copytree(source, tmp_path / "exp")
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "ensembles").glob("*/*")}
+    again = run_experiment("run", path, "--out", out, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "started the ensemble" not in again.stderr  # nothing decoded again
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    # a member's train.json changes (the run was redone): that ensemble is out of date
+    member = out / "runs" / "lstm.copy.seed2" / "train.json"
+    member.write_text(json.dumps(json.loads(member.read_text()), indent=4))
+    data = report.table(runner.read_state(out), out)
+    assert data["ensembles_out_of_date"] == ["lstm.copy"]
+    assert "out of date (a run changed since" in report.markdown(data)
+    again = run_experiment("run", path, "--out", out, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "started the ensemble lstm.copy" in again.stderr
+    assert "started the ensemble lstm.reverse" not in again.stderr
+    record = json.loads((out / "ensembles" / "lstm.copy" / "ensemble.json").read_text())
+    assert record["members"][1]["train_json_sha256"] == runner_sha(member)
+    reverse = out / "ensembles" / "lstm.reverse" / "ensemble.json"
+    assert reverse.stat().st_mtime_ns == stamps[reverse]
+
+
+def runner_sha(path: Path) -> str:
+    from transduce.io import sha256_file
+
+    return sha256_file(path)
+
+
+def test_a_failed_ensemble_is_reported_and_the_others_go_on(ensembled, tmp_path):
+    import shutil
+
+    path, source = ensembled
+    out = shutil.copytree(source, tmp_path / "exp")
+    shutil.rmtree(out / "ensembles")
+    (out / "runs" / "lstm.copy.seed1" / "best.pt").unlink()
+    result = run_experiment("run", path, "--out", out, cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (
+        "the ensemble lstm.copy: exit 2: error: ensemble lstm.copy: lstm.copy.seed1: no best.pt "
+        f"(log: {out}/logs/lstm.copy.ensemble.log)" in result.stderr
+    )
+    assert (out / "ensembles" / "lstm.reverse" / "ensemble.json").is_file()
+    assert not (out / "ensembles" / "lstm.copy").exists()
+    states = {s["id"]: s for s in json.loads((out / "cells.json").read_text())["ensembles"]}
+    assert states["lstm.copy"]["status"] == "failed" and states["lstm.reverse"]["status"] == "done"
+    assert "1 of 2 ensembles decoded; not decoded: lstm.copy" in result.stderr
+
+
+def test_ensemble_rows_by_hand(tmp_path):
+    """n = 1 and no std per dataset; the average only where every dataset has its
+    ensemble; an ensemble.json that does not name the members as they are is not shown."""
+    cells = [spec.Cell("a", d, s, "", ()) for d in ("x", "y") for s in (1, 2)]
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml", cells, ["a"], ["x", "y"], [1, 2], ["acc"],
+        ensemble=spec.EnsembleSpec(("a",)),
+    )  # fmt: skip
+    for cell in cells:
+        fake_run(tmp_path, cell.id, {"acc": 50.0})
+    from transduce.experiments import ensembles
+
+    for group, acc in zip(ensembles.groups(experiment), (60.0, 80.0)):
+        folder = tmp_path / "ensembles" / group.id
+        folder.mkdir(parents=True)
+        (folder / "test.predictions").write_text("x\n")
+        record = {
+            "members": ensembles.fingerprint(tmp_path, group),
+            "mean": "probability",
+            "test_predictions_sha256": runner_sha(folder / "test.predictions"),
+            "test": {"acc": acc},
+        }
+        (folder / "ensemble.json").write_text(json.dumps(record))
+    rows = {r["dataset"]: r for r in report.table(experiment, tmp_path)["rows"] if r["ensemble"]}
+    assert rows["x"]["values"] == [60.0] and rows["x"]["std"] is None
+    assert rows["average"]["values"] == [70.0] and rows["average"]["system"] == "a (ensemble of 2)"
+    (tmp_path / "ensembles" / "a.y" / "test.predictions").write_text("changed\n")
+    data = report.table(experiment, tmp_path)
+    rows = {r["dataset"]: r for r in data["rows"] if r["ensemble"]}
+    assert rows["y"]["values"] == [] and rows["average"]["values"] == []
+    assert data["ensembles_out_of_date"] == ["a.y"]
+
+
+# ---------------------------------------------------- references: systems not run here
+
+
+def test_references_are_columns_beside_our_means_with_their_average_and_counts(tmp_path):
+    """A column per reference next to the mean; its average over the experiment's
+    datasets only where it has every one; per system and reference, the datasets where the
+    mean is better (higher acc, lower lev), of those where both have a number."""
+    cells = [spec.Cell("a", d, 1, "", ()) for d in ("x", "y", "z")]
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml", cells, ["a"], ["x", "y", "z"], [1], ["acc", "lev"],
+        references={
+            "baseline": {"x": {"acc": 40.0, "lev": 1.0}, "y": {"acc": 90.0, "lev": 0.1},
+                         "z": {"acc": 50.0, "lev": 0.5}},
+            "CLUZH-7": {"x": {"acc": 60.0}},
+        },
+    )  # fmt: skip
+    for dataset, (acc, lev) in {"x": (50.0, 0.5), "y": (80.0, 0.2), "z": (50.0, 0.3)}.items():
+        fake_run(tmp_path, f"a.{dataset}.seed1", {"acc": acc, "lev": lev})
+    data = report.table(experiment, tmp_path)
+    rows = {(r["dataset"], r["metric"]): r for r in data["rows"]}
+    assert rows[("x", "acc")]["references"] == {"baseline": 40.0, "CLUZH-7": 60.0}
+    assert rows[("y", "acc")]["references"] == {"baseline": 90.0, "CLUZH-7": None}
+    assert rows[("average", "acc")]["references"] == {"baseline": 60.0, "CLUZH-7": None}
+    assert rows[("average", "lev")]["references"]["baseline"] == pytest.approx(1.6 / 3)
+    assert data["against_references"] == {
+        "acc": {
+            "a": {
+                "baseline": {"better": 1, "equal": 1, "of": 3},  # x above, z equal, y below
+                "CLUZH-7": {"better": 0, "equal": 0, "of": 1},
+            }
+        },
+        "lev": {
+            "a": {
+                "baseline": {"better": 2, "equal": 0, "of": 3},  # x and z lower
+                "CLUZH-7": {"better": 0, "equal": 0, "of": 0},
+            }
+        },
+    }
+    text = report.markdown(data)
+    assert "| system | dataset | acc mean ± std (n) | baseline | CLUZH-7 | published | diff" in text
+    assert "|---|---|--:|--:|--:|--:|--:|" in text
+    assert "| a | x | 50.00 (n=1) | 40.00 | 60.00 |  |  |" in text
+    assert "| a | average | 60.00 (n=1) | 60.00 |  |  |  |" in text
+    assert (
+        "Datasets where the mean is better (higher acc):\n\n"
+        "- a: above baseline on 1 of 3 (1 equal); above CLUZH-7 on 0 of 1\n" in text
+    )
+    assert "- a: below baseline on 2 of 3\n" in text  # none compared with CLUZH-7: not named
+    lines = report.csv_text(data).splitlines()
+    assert lines[0].endswith(",difference,reference.baseline,reference.CLUZH-7")
+    assert lines[1] == "a,x,acc,1,50.0,,,,40.0,60.0"
+
+
+def test_references_load_and_go_into_cells_json(grid, tmp_path):
+    """A dataset that `only` leaves out may be given (a paper's whole table) and is not
+    kept; the references travel in cells.json to the report."""
+    data = yaml.safe_load(grid.read_text())
+    data["datasets"]["only"] = ["copy"]
+    data["references"] = {"baseline": {"copy": {"acc": 50}, "reverse": {"acc": 60.5}}}
+    path = grid.parent / f"refs-{tmp_path.name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    loaded = spec.load(path)
+    assert loaded.references == {"baseline": {"copy": {"acc": 50.0}}}
+    runner.write_state(tmp_path, runner.state(loaded, tmp_path, []))
+    assert runner.read_state(tmp_path).references == loaded.references
+
+
+# ---------------------------------------------------- committable results: export
+
+
+def test_export_copies_what_the_report_reads_and_gives_the_same_table(ensembled, tmp_path, run):
+    _, out = ensembled
+    dest = tmp_path / "results" / "ensembled"
+    result = run_experiment("export", out, dest, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"`transduce experiment report {dest}` gives the table" in result.stderr
+    copied = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    runs = [f"runs/lstm.{d}.seed{s}" for d in ("copy", "reverse") for s in (1, 2)]
+    assert copied == sorted(
+        ["cells.json", "export.json"]
+        + [f"{r}/{name}" for r in runs for name in ("train.json", "test.predictions")]
+        + [f"ensembles/lstm.{d}/{n}" for d in ("copy", "reverse")
+           for n in ("ensemble.json", "test.predictions")]
+    )  # fmt: skip
+    tables = {}
+    for name, folder in (("exp", out), ("dest", dest)):
+        done = run_experiment("report", folder, "--json", tmp_path / f"{name}.json", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        tables[name] = json.loads((tmp_path / f"{name}.json").read_text())
+        tables[name + ".md"] = done.stderr
+    assert tables["dest"] == tables["exp"] and tables["dest.md"] == tables["exp.md"]
+    # again: it replaces what it wrote
+    assert run("experiment", "export", out, dest).exit_code == 0
+    # a file it did not write (or that changed since): refused before copying anything
+    stamps = {p: p.stat().st_mtime_ns for p in dest.rglob("*")}
+    (dest / "cells.json").write_text((dest / "cells.json").read_text() + "\n")
+    refused = run("experiment", "export", out, dest)
+    assert refused.exit_code == 2
+    lines = refused.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {dest}/cells.json: exists and was not")
+    assert {p: p.stat().st_mtime_ns for p in dest.rglob("*") if p.name != "cells.json"} == {
+        p: t for p, t in stamps.items() if p.name != "cells.json"
+    }
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "runs" / "lstm.copy.seed1").mkdir(parents=True)
+    (other / "runs" / "lstm.copy.seed1" / "train.json").write_text("{}")
+    refused = run("experiment", "export", out, other)
+    assert refused.exit_code == 2 and "train.json: exists and was not written" in refused.output
+    assert sorted(p.name for p in other.rglob("*")) == ["lstm.copy.seed1", "runs", "train.json"]
+    (other / "export.json").write_text("{}")
+    refused = run("experiment", "export", out, other)
+    assert (
+        refused.exit_code == 2
+        and "export.json: not written by `transduce experiment export`" in (refused.output)
+    )
+    refused = run("experiment", "export", out, out)
+    assert refused.exit_code == 2 and "is the experiment directory itself" in refused.output
+    refused = run("experiment", "export", tmp_path / "nothing", tmp_path / "x")
+    assert refused.exit_code == 2 and "is not an experiment directory" in refused.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_export_takes_the_test_split_where_metrics_are_scored_again(tmp_path):
+    """score: the report scores test.predictions again against the test split: the
+    export copies it (runs/CELL/data/test.tsv), and the table is the same."""
+    from transduce.experiments.export import export
+
+    source = tmp_path / "exp"
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml", [spec.Cell("a", None, 1, "", ())], ["a"], [None], [1],
+        ["per", "wer"], score={"per": {"average": "word"}},
+    )  # fmt: skip
+    fake_run(source, "a.seed1", {"per": 100 / 6, "wer": 50.0})
+    prepared = tmp_path / "prepared"
+    prepared.mkdir()
+    (prepared / "test.tsv").write_text("a b\tx y\nc\tz w v u\n")
+    (source / "runs" / "a.seed1" / "test.predictions").write_text("x q\nz w v u\n")
+    recorded = json.loads((source / "runs" / "a.seed1" / "train.json").read_text())
+    recorded["data"] = {
+        "directory": str(prepared),
+        "outputs": {"test.tsv": runner_sha(prepared / "test.tsv")},
+    }
+    (source / "runs" / "a.seed1" / "train.json").write_text(json.dumps(recorded))
+    runner.write_state(source, runner.state(experiment, source, []))
+    written = export(source, tmp_path / "dest")
+    assert "runs/a.seed1/data/test.tsv" in written
+    import shutil
+
+    shutil.rmtree(prepared)  # the results alone
+    again = report.table(runner.read_state(tmp_path / "dest"), tmp_path / "dest")
+    assert {r["metric"]: r["values"] for r in again["rows"]} == {"per": [25.0], "wer": [50.0]}
+    assert again["unscored"] == {}
+
+
+# ---------------------------------------------------------------------- random search
+
+SPACE = {
+    "train.optimizer.lr": {"loguniform": [0.001, 0.01]},
+    "model.dropout": {"uniform": [0.0, 0.3]},
+    "train.batch_size": {"choice": [8, 16]},
+    "model.encoder_size": {"int": [16, 32]},
+}
+
+
+def test_a_random_search_is_a_system_per_trial(grid, tmp_path):
+    """search: N trials NAME-t1 ... NAME-tN, each the system with its sampled values as
+    overrides (after the system's own); the same seed gives the same trials."""
+    data = yaml.safe_load(grid.read_text())
+    data["systems"]["lstm"]["set"] = {"model.dropout": 0.5, "train.patience": 7}
+    data["systems"]["lstm"]["search"] = {"trials": 3, "seed": 7, "space": SPACE}
+    data.pop("published")
+    data["ensemble"] = {"systems": ["lstm"]}  # a search's name: its trials
+    path = grid.parent / f"search-{tmp_path.name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    loaded = spec.load(path)
+    assert loaded.systems == ["lstm-t1", "lstm-t2", "lstm-t3", "tf"]
+    assert loaded.ensemble is not None
+    assert loaded.ensemble.systems == ("lstm-t1", "lstm-t2", "lstm-t3")
+    trials = spec.sample(SPACE, 3, 7)
+    assert loaded.search == {
+        "lstm": {"seed": 7, "trials": {f"lstm-t{k}": v for k, v in enumerate(trials, 1)}}
+    }
+    cell = next(c for c in loaded.cells if c.id == "lstm-t2.reverse.seed2")
+    sampled = [f"{k}={json.dumps(v)}" for k, v in trials[1].items()]
+    assert list(cell.overrides[:6]) == ["model.dropout=0.5", "train.patience=7", *sampled]
+    assert cell.overrides[-1] == "train.seed=2"
+    assert spec.load(path).cells == loaded.cells  # deterministic
+    data["systems"]["lstm"]["search"]["seed"] = 8
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert spec.load(path).search["lstm"]["trials"] != loaded.search["lstm"]["trials"]
+    # the search travels in cells.json to the report
+    runner.write_state(tmp_path, runner.state(loaded, tmp_path, []))
+    assert runner.read_state(tmp_path).search == loaded.search
+
+
+def test_search_samples_by_hand():
+    """One random.Random(seed), the keys in order: these values on any machine; bounds
+    kept (int: both ends), real numbers to 6 significant digits."""
+    space = {
+        "x": {"int": [1, 100]},
+        "y": {"loguniform": [0.001, 0.1]},
+        "z": {"choice": ["a", "b", "c"]},
+        "w": {"uniform": [0, 1]},
+    }
+    assert spec.sample(space, 3, 0) == [
+        {"x": 50, "y": 0.0328026, "z": "b", "w": 0.0404844},
+        {"x": 66, "y": 0.0093725, "z": "b", "w": 0.9678},
+        {"x": 46, "y": 0.0146813, "z": "a", "w": 0.504687},
+    ]
+    many = spec.sample({"i": {"int": [1, 3]}, "l": {"loguniform": [1e-4, 1e-2]}}, 400, 1)
+    assert {t["i"] for t in many} == {1, 2, 3}
+    logs = sorted(t["l"] for t in many)
+    assert logs[0] >= 1e-4 and logs[-1] <= 1e-2
+    assert 5e-4 < statistics.median(logs) < 2e-3  # log-uniform: the median near 1e-3
+
+
+def write_best(directory: Path, cell: str, metric: str, score: float) -> None:
+    fake_run(directory, cell, {metric: score})
+    path = directory / "runs" / cell / "train.json"
+    data = json.loads(path.read_text())
+    data["best"] = {"update": 10, "metric": metric, "score": score}
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("metric", "order"), [("acc", ["a-t2", "a-t1"]), ("per", ["a-t1", "a-t2"])]
+)
+def test_trials_ranked_by_their_best_dev_score(tmp_path, metric, order):
+    """Per trial: the mean over seeds per dataset, then over datasets, of train.json's
+    best dev score; best first by the metric's direction; a trial without a finished run
+    on every dataset unranked, last."""
+    trials = {"a-t1": {"lr": 0.001}, "a-t2": {"lr": 0.01}, "a-t3": {"lr": 0.1}}
+    cells = [spec.Cell(t, d, s, "", ()) for t in trials for d in ("x", "y") for s in (1, 2)]
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml", cells, list(trials), ["x", "y"], [1, 2], [metric],
+        search={"a": {"seed": 3, "trials": trials}},
+    )  # fmt: skip
+    scores = {
+        "a-t1": {("x", 1): 10.0, ("x", 2): 20.0, ("y", 1): 30.0},  # x 15, y 30: 22.5
+        "a-t2": {("x", 1): 40.0, ("y", 1): 50.0, ("y", 2): 70.0},  # x 40, y 60: 50
+        "a-t3": {("x", 1): 90.0},  # no y: not ranked
+    }
+    for trial, runs in scores.items():
+        for (dataset, seed), score in runs.items():
+            write_best(tmp_path, f"{trial}.{dataset}.seed{seed}", metric, score)
+    data = report.table(experiment, tmp_path)
+    ranked = data["search"]["a"]
+    assert ranked["metric"] == metric and ranked["seed"] == 3
+    assert [t["trial"] for t in ranked["trials"]] == [*order, "a-t3"]
+    by_trial = {t["trial"]: t for t in ranked["trials"]}
+    assert by_trial["a-t1"]["dev"] == 22.5 and by_trial["a-t1"]["n"] == 3
+    assert by_trial["a-t2"]["dev"] == 50.0 and by_trial["a-t2"]["values"] == {"lr": 0.01}
+    assert by_trial["a-t3"]["rank"] is None and by_trial["a-t3"]["dev"] is None
+    text = report.markdown(data)
+    assert f"### random search a: trials by dev {metric} (best validation of each run" in text
+    assert f"| rank | trial | dev {metric} (n) | lr |" in text
+    best = order[0]
+    assert (
+        f"| 1 | {best} | {by_trial[best]['dev']:.2f} (n=3) | {by_trial[best]['values']['lr']} |"
+        in text
+    )
+    assert "|  | a-t3 | – | 0.1 |" in text

@@ -1,5 +1,6 @@
-"""`transduce experiment run EXPERIMENT.yaml` and `transduce experiment report EXP_DIR`:
-grids of runs and their tables (`transduce.experiments`)."""
+"""`transduce experiment run EXPERIMENT.yaml`, `transduce experiment report EXP_DIR` and
+`transduce experiment export EXP_DIR DEST`: grids of runs (and the ensembles of their
+seeds), their tables, and the results without checkpoints (`transduce.experiments`)."""
 
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ def run_command(
     verbosity: Verbosity = None,
 ) -> None:
     """Run every cell not finished yet; again after a stop, to go on."""
-    from transduce.experiments import runner, spec
+    from transduce.experiments import ensembles, runner, spec
     from transduce.io import DirectoryLock
     from transduce.progress import clock
 
@@ -148,11 +149,22 @@ def run_command(
             f"{len(loaded.cells)} cells in {directory}{of}: "
             f"{len(chosen_cells) - len(todo)} finished before, {len(todo)} to run ({how}, {each})"
         )
-        runner.write_state(directory, runner.state(loaded, directory, []))
+        ensemble_outcomes: list[ensembles.EnsembleOutcome] = []
+
+        def save(outcomes: list[runner.Outcome]) -> dict:
+            data = runner.state(
+                loaded,
+                directory,
+                outcomes,
+                ensembles.states(loaded, directory, ensemble_outcomes) if loaded.ensemble else None,
+            )
+            runner.write_state(directory, data)
+            return data
+
+        save([])
 
         def progress(outcomes: list[runner.Outcome]) -> None:
-            data = runner.state(loaded, directory, outcomes)
-            runner.write_state(directory, data)
+            data = save(outcomes)
             last = outcomes[-1]
             statuses = [c["status"] for c in data["cells"]]
             done = statuses.count(runner.DONE)
@@ -181,11 +193,36 @@ def run_command(
                 directory, count, threads, data_root=data_root, announce=ui.info
             )
         outcomes = chosen.run(todo, progress)
+        stopped = chosen.stopping
+        if loaded.ensemble is not None and not stopped:  # here, on this machine, also after Ray
+
+            def ensemble_progress(done: list[ensembles.EnsembleOutcome]) -> None:
+                ensemble_outcomes[:] = done
+                save(outcomes)
+                last = done[-1]
+                what = f"{last.status}" + (f" ({last.error})" if last.error else "")
+                ui.info(f"the ensemble {last.group.id} {what} in {clock(last.seconds)}")
+
+            _, stopped = ensembles.run_all(
+                loaded,
+                directory,
+                count,
+                threads,
+                chosen_cells,
+                ui.info,
+                ensemble_progress,
+            )
     finally:
         lock.release()
     failed = [o for o in outcomes if o.status == runner.FAILED]
+    failed_ensembles = [o for o in ensemble_outcomes if o.status == runner.FAILED]
     left = [c for c in chosen_cells if not runner.finished(directory / runner.RUNS / c.id)]
-    if chosen.stopping and left:
+    waiting = [  # ensembles whose runs are done, not decoded (or out of date)
+        g
+        for g in ensembles.groups(loaded)
+        if ensembles.ready(directory, g) and not ensembles.up_to_date(directory, g)
+    ]
+    if stopped and (left or waiting):
         ui.stderr.print(
             f"stopped: {len(chosen_cells) - len(left)} of {len(chosen_cells)} cells "
             "finished; run the same command again to go on",
@@ -194,10 +231,15 @@ def run_command(
         )
         raise typer.Exit(EXIT_INTERRUPTED)
     _show(directory, loaded)
-    if failed or left:
+    if failed or left or failed_ensembles:
         for outcome in failed:
             ui.error(
                 f"{outcome.cell.id}: {outcome.error} (log: {directory}/logs/{outcome.cell.id}.log)"
+            )
+        for ensemble in failed_ensembles:
+            ui.error(
+                f"the ensemble {ensemble.group.id}: {ensemble.error} (log: "
+                f"{directory}/logs/{ensemble.group.id}.ensemble.log)"
             )
         unfinished = [c.id for c in left if c.id not in {o.cell.id for o in failed}]
         if unfinished:
@@ -275,3 +317,29 @@ def report_command(
     if plot is not None:
         report.plot(loaded, directory, plot)
         ui.info(f"learning curves: {plot}")
+
+
+@experiment_app.command(name="export")
+def export_command(
+    directory: Annotated[
+        Path, typer.Argument(metavar="EXP_DIR", help="An experiment directory.", show_default=False)
+    ],
+    destination: Annotated[
+        Path,
+        typer.Argument(
+            metavar="DEST",
+            help="Where to copy the results (e.g. results/NAME in a repository).",
+            show_default=False,
+        ),
+    ],
+    verbosity: Verbosity = None,
+) -> None:
+    """Copy what `experiment report` reads, without checkpoints, to commit the results."""
+    from transduce.experiments.export import MANIFEST, export
+
+    written = export(directory, destination)
+    size = sum((destination / name).stat().st_size for name in written)
+    ui.info(
+        f"{len(written)} files ({size / 1024:.0f} KiB) in {destination} (listed in "
+        f"{destination / MANIFEST}); `transduce experiment report {destination}` gives the table"
+    )

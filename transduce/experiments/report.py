@@ -10,6 +10,15 @@ has, the mean over the datasets, then the mean and standard deviation of those o
 seeds, as papers that average languages report it. Cells not finished are left out and
 listed.
 
+The ensembles of the seeds (`experiments.ensembles`) are rows of their own, `SYSTEM
+(ensemble of K)`: per dataset the score in its ensemble.json (n = 1), and over the datasets
+their mean where every dataset has its ensemble; an ensemble whose members changed since it
+was decoded is left out and named. The references (systems not run here) are a column each
+beside the mean, their average the mean over the experiment's datasets where they have
+every one, and `against_references` counts per system the datasets where it is better.
+Everything comes from cells.json, the runs' train.json and test.predictions and the
+ensembles' files, so a copy of those alone (`experiments.export`) gives the same table.
+
 `plot` draws the learning curves of every cell (`experiment report --plot FILE`).
 """
 
@@ -25,6 +34,7 @@ from typing import Any
 
 from transduce import defaults, runlog
 from transduce.errors import TransduceError
+from transduce.experiments import ensembles
 from transduce.experiments.runner import RUNS, finished
 from transduce.experiments.spec import AVERAGE, MONOTONICITY, Experiment
 
@@ -36,7 +46,8 @@ class Row:
     system: str
     dataset: str | None  # None: no datasets; AVERAGE: over the datasets
     metric: str
-    values: list[float]  # one per seed
+    values: list[float]  # one per seed (an ensemble's: its one score)
+    members: int | None = None  # an ensemble's row: of this many runs
 
     @property
     def n(self) -> int:
@@ -102,24 +113,46 @@ def rescore(
         TransduceError: no such test split, test.predictions changed since the run wrote
             it, or the files cannot be scored (naming the cell).
     """
+    data = report.get("data") or {}
+    return _rescore(
+        cell,
+        run_dir / "test.predictions",
+        (data.get("outputs") or {}).get("test.tsv"),
+        test_candidates(run_dir, report),
+        data.get("test_predictions_sha256"),
+        options,
+    )
+
+
+def test_candidates(run_dir: Path, report: dict[str, Any]) -> list[Path]:
+    """Where a run's test split may be: its prepared data directory, else RUN_DIR/data."""
+    data = report.get("data") or {}
+    candidates = [Path(data["directory"]) / "test.tsv"] if data.get("directory") else []
+    return [*candidates, run_dir / "data" / "test.tsv"]  # where `train` prepares raw data
+
+
+def _rescore(
+    name: str,
+    predictions: Path,
+    expected: str | None,
+    candidates: list[Path],
+    written: str | None,
+    options: dict[str, dict[str, Any]],
+) -> dict[str, float]:
+    """`rescore` of a predictions file: the first candidate test split of the `expected`
+    hash (any, if None); `written`: the hash the predictions had when written."""
     from transduce.io import sha256_file
     from transduce.scoring import ScoreRequest, score_request
 
-    data = report.get("data") or {}
-    predictions = run_dir / "test.predictions"
-    expected = (data.get("outputs") or {}).get("test.tsv")
-    candidates = [Path(data["directory"]) / "test.tsv"] if data.get("directory") else []
-    candidates.append(run_dir / "data" / "test.tsv")  # where `train` prepares raw data
     same = [
         c for c in candidates if c.is_file() and (expected is None or sha256_file(c) == expected)
     ]
-    problem = f"{cell}: cannot score its test.predictions again: "
+    problem = f"{name}: cannot score its test.predictions again: "
     if not same:
         raise TransduceError(
             problem
             + f"no test split it was tested on (looked for {', '.join(map(str, candidates))})"
         )
-    written = data.get("test_predictions_sha256")
     if written and predictions.is_file() and sha256_file(predictions) != written:
         raise TransduceError(problem + "it changed since the run wrote it")
     request = ScoreRequest(
@@ -132,14 +165,71 @@ def rescore(
     return {label: score["value"] for label, score in result["scores"].items()}
 
 
+def ensemble_scores(
+    experiment: Experiment,
+    directory: Path,
+    unscored: dict[str, str] | None = None,
+    missing: list[str] | None = None,
+    stale: list[str] | None = None,
+) -> dict[str, dict[str, float]]:
+    """The test scores of each up-to-date ensemble (by `Group.id`), from its ensemble.json
+    alone (and its test.predictions, for the metrics of `score:`); `missing` gets the ids of
+    those not decoded, `stale` of those whose members changed since, `unscored` why one
+    could not be scored again (it then counts without those metrics)."""
+    found = {}
+    for group in ensembles.groups(experiment):
+        data = ensembles.record(directory, group)
+        if data is None or not isinstance(data.get("test"), dict):
+            if missing is not None:
+                missing.append(group.id)
+            continue
+        if not ensembles.up_to_date(directory, group, data):
+            if stale is not None:
+                stale.append(group.id)
+            continue
+        found[group.id] = dict(data["test"])
+        if experiment.score:
+            candidates = []
+            for member in group.members:
+                run_dir = directory / RUNS / member
+                try:
+                    report = json.loads((run_dir / "train.json").read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    report = {}
+                candidates += test_candidates(run_dir, report)
+            try:
+                found[group.id].update(
+                    _rescore(
+                        f"ensemble {group.id}",
+                        directory / ensembles.ENSEMBLES / group.id / ensembles.PREDICTIONS,
+                        data.get("test_sha256"),
+                        list(dict.fromkeys(candidates)),
+                        data.get("test_predictions_sha256"),
+                        experiment.score,
+                    )
+                )
+            except TransduceError as error:
+                for name in experiment.score:
+                    found[group.id].pop(name, None)
+                if unscored is not None:
+                    unscored[f"ensemble {group.id}"] = str(error)
+    return found
+
+
 def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
     """The rows of the report, as plain data (what --json writes)."""
     stops: dict[str, str] = {}
     seconds: dict[str, float] = {}
     unscored: dict[str, str] = {}
     found, missing = scores(experiment, directory, stops, seconds, unscored)
+    not_decoded: list[str] = []
+    stale: list[str] = []
+    combined = ensemble_scores(experiment, directory, unscored, not_decoded, stale)
     metrics = experiment.metrics or sorted({m for s in found.values() for m in s})
     rows: list[Row] = []
+    by_system: dict[str, list[ensembles.Group]] = {}
+    for group in ensembles.groups(experiment):
+        by_system.setdefault(group.system, []).append(group)
     for system in experiment.systems:
         by_seed: dict[str, dict[int, dict[str | None, float]]] = {m: {} for m in metrics}
         for dataset in experiment.datasets:
@@ -161,7 +251,8 @@ def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
                     if len(per) == len(experiment.datasets)
                 ]
                 rows.append(Row(system, AVERAGE, metric, complete))
-    return {
+        rows += _ensemble_rows(by_system.get(system, []), combined, metrics, experiment)
+    data: dict[str, Any] = {
         "experiment": str(experiment.path),
         "metrics": metrics,
         "rows": [
@@ -173,16 +264,28 @@ def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
                 "mean": r.mean,
                 "std": r.std,
                 "values": r.values,
+                "ensemble": r.members,  # an ensemble of this many runs (None: the runs)
                 "published": (
                     published := experiment.published_value(r.system, r.dataset, r.metric)
                 ),
                 "difference": None if published is None or r.mean is None else r.mean - published,
+                # systems not run here: their number on this dataset (average: their mean
+                # over the experiment's datasets, where they have every one)
+                "references": {
+                    name: experiment.reference_value(name, r.dataset, r.metric)
+                    for name in experiment.references
+                },
             }
             for r in rows
         ],
+        "reference_names": list(experiment.references),
         "cells_done": len(found),
         "cells": len(experiment.cells),
         "not_done": missing,
+        "ensembles": len(ensembles.groups(experiment)),
+        "ensembles_done": len(combined),
+        "ensembles_not_done": not_decoded,  # not decoded (yet)
+        "ensembles_out_of_date": stale,  # a member changed since: not shown
         "score": experiment.score,  # metrics scored again from test.predictions
         "unscored": unscored,  # cells that could not be: counted without those metrics
         "training_seconds": seconds,  # of each finished cell, over all its sessions
@@ -191,6 +294,119 @@ def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
             cell: stop for cell, stop in stops.items() if stop.startswith(defaults.STOP_AT_LIMIT)
         },
     }
+    # metric: system: reference: datasets where the system's mean is better, of those compared
+    data["against_references"] = against_references(data)
+    data["search"] = ranking(experiment, directory)
+    return data
+
+
+def ranking(experiment: Experiment, directory: Path) -> dict[str, Any]:
+    """Each random search's trials ranked by their best dev score (train.json's `best`:
+    the score of the run's select_on at its best validation): per dataset the mean over
+    the finished seeds, then the mean over the datasets; a trial without a finished run on
+    every dataset is not ranked (listed last)."""
+    from transduce.metrics import METRICS
+
+    out = {}
+    for base, search in experiment.search.items():
+        metric = None
+        entries = []
+        for trial, values in search["trials"].items():
+            per_dataset: dict[str | None, list[float]] = {}
+            for cell in experiment.cells:
+                run_dir = directory / RUNS / cell.id
+                if cell.system != trial or not finished(run_dir):
+                    continue
+                best = (
+                    json.loads((run_dir / "train.json").read_text(encoding="utf-8")).get("best")
+                    or {}
+                )
+                if isinstance(best.get("score"), int | float) and best.get("metric") in METRICS:
+                    metric = metric or best["metric"]
+                    per_dataset.setdefault(cell.dataset, []).append(float(best["score"]))
+            every = len(per_dataset) == len(experiment.datasets)
+            dev = (
+                statistics.fmean(statistics.fmean(v) for v in per_dataset.values())
+                if every
+                else None
+            )
+            runs = sum(map(len, per_dataset.values()))
+            entries.append({"trial": trial, "values": values, "dev": dev, "n": runs})
+        higher = METRICS[metric].higher_is_better if metric else True
+        ranked = sorted(
+            (e for e in entries if e["dev"] is not None),
+            key=lambda e: -e["dev"] if higher else e["dev"],
+        )
+        for rank, entry in enumerate(ranked, 1):
+            entry["rank"] = rank
+        rest = [{**e, "rank": None} for e in entries if e["dev"] is None]
+        out[base] = {"metric": metric, "seed": search["seed"], "trials": ranked + rest}
+    return out
+
+
+def _ensemble_rows(
+    groups: list[ensembles.Group],
+    combined: dict[str, dict[str, float]],
+    metrics: list[str],
+    experiment: Experiment,
+) -> list[Row]:
+    """A system's ensemble rows: one per dataset (its one score), and, with several
+    datasets, their mean where every dataset has its ensemble."""
+    if not groups:
+        return []
+    rows = []
+    label = groups[0].label
+    size = len(groups[0].members)
+    for metric in metrics:
+        values = {}
+        for group in groups:
+            value = (combined.get(group.id) or {}).get(metric)
+            if isinstance(value, int | float):
+                values[group.dataset] = float(value)
+            rows.append(
+                Row(
+                    label,
+                    group.dataset,
+                    metric,
+                    [values[group.dataset]] if group.dataset in values else [],
+                    size,
+                )
+            )
+        if len(experiment.datasets) > 1:
+            every = len(values) == len(experiment.datasets)
+            mean = [statistics.fmean(values.values())] if every else []
+            rows.append(Row(label, AVERAGE, metric, mean, size))
+    return rows
+
+
+def against_references(data: dict[str, Any]) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
+    """metric: system row: reference: {"better", "equal", "of"}: on how many datasets the
+    row's mean is better than the reference (by the metric's direction), equal to it, of
+    those where both have a number; metrics without a direction (monotonicity) left out."""
+    from transduce.metrics import METRICS
+
+    out: dict[str, dict[str, dict[str, dict[str, int]]]] = {}
+    for metric in data["metrics"]:
+        kind = METRICS.get(metric.split("_")[0])
+        if kind is None or metric in MONOTONICITY or not data.get("reference_names"):
+            continue
+        higher = kind.higher_is_better
+        per_system = out.setdefault(metric, {})
+        for row in data["rows"]:
+            if row["metric"] != metric or row["dataset"] in (None, AVERAGE) or row["mean"] is None:
+                continue
+            for name, value in row["references"].items():
+                counts = per_system.setdefault(row["system"], {}).setdefault(
+                    name, {"better": 0, "equal": 0, "of": 0}
+                )
+                if value is None:
+                    continue
+                counts["of"] += 1
+                if row["mean"] == value:
+                    counts["equal"] += 1
+                elif (row["mean"] > value) == higher:
+                    counts["better"] += 1
+    return out
 
 
 def _number(value: float | None, scale: float | None = None) -> str:
@@ -206,6 +422,7 @@ def _number(value: float | None, scale: float | None = None) -> str:
 def _column_scale(rows: list[dict[str, Any]]) -> float:
     """The largest magnitude among a metric's means and published numbers."""
     numbers = [abs(r[k]) for r in rows for k in ("mean", "published") if r[k] is not None]
+    numbers += [abs(v) for r in rows for v in r.get("references", {}).values() if v is not None]
     return max(numbers, default=0.0)
 
 
@@ -218,8 +435,12 @@ def _cell(row: dict[str, Any], scale: float) -> str:
 
 def markdown(data: dict[str, Any]) -> str:
     """One Markdown table per metric: a row per system and dataset (the averages last),
-    mean ± std (n), the published number and the difference."""
+    mean ± std (n), a column per reference (systems not run here), the published number
+    and the difference; then, per system and reference, on how many datasets it is
+    better."""
     out = []
+    references = data.get("reference_names") or []
+    counts = against_references(data)
     for metric in data["metrics"]:
         rows = [r for r in data["rows"] if r["metric"] == metric]
         scale = _column_scale(rows)  # one number format per metric
@@ -234,10 +455,11 @@ def markdown(data: dict[str, Any]) -> str:
         head = (
             ["system"]
             + (["dataset"] if with_datasets else [])
-            + [f"{metric} mean ± std (n)", "published", "difference"]
+            + [f"{metric} mean ± std (n)", *references, "published", "difference"]
         )
+        numeric = 3 + len(references)
         out.append("| " + " | ".join(head) + " |")
-        out.append("|" + "|".join(["---"] * (len(head) - 3) + ["--:"] * 3) + "|")
+        out.append("|" + "|".join(["---"] * (len(head) - numeric) + ["--:"] * numeric) + "|")
         ordered = [r for r in rows if r["dataset"] != AVERAGE] + [
             r for r in rows if r["dataset"] == AVERAGE
         ]
@@ -245,15 +467,42 @@ def markdown(data: dict[str, Any]) -> str:
             cells = [r["system"]] + ([r["dataset"] or ""] if with_datasets else [])
             cells += [
                 _cell(r, scale),
+                *(_number(r["references"].get(name), scale) for name in references),
                 _number(r["published"], scale),
                 _number(r["difference"], scale),
             ]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
+        if counts.get(metric):
+            word = "above" if _higher(metric) else "below"
+            better = "higher" if _higher(metric) else "lower"
+            out.append(f"Datasets where the mean is better ({better} {metric}):\n")
+            for system, against in counts[metric].items():
+                compared = [
+                    f"{word} {name} on {c['better']} of {c['of']}"
+                    + (f" ({c['equal']} equal)" if c["equal"] else "")
+                    for name, c in against.items()
+                    if c["of"]
+                ]
+                if compared:
+                    out.append(f"- {system}: " + "; ".join(compared))
+            out.append("")
+    for base, search in (data.get("search") or {}).items():
+        out.append(_search_table(base, search))
     done = f"{data['cells_done']} of {data['cells']} cells finished"
     if data["not_done"]:
         done += "; not finished: " + ", ".join(data["not_done"])
     out.append(done)
+    if data.get("ensembles"):
+        line = f"{data['ensembles_done']} of {data['ensembles']} ensembles decoded"
+        if data.get("ensembles_not_done"):
+            line += "; not decoded: " + ", ".join(data["ensembles_not_done"])
+        if data.get("ensembles_out_of_date"):
+            line += (
+                "; out of date (a run changed since; `experiment run` decodes them again): "
+                + ", ".join(data["ensembles_out_of_date"])
+            )
+        out.append(line)
     if data.get("unscored"):
         names = ", ".join(data.get("score") or {})
         out.append(
@@ -281,13 +530,50 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _search_table(base: str, search: dict[str, Any]) -> str:
+    """A search's trials, best first: rank, trial, dev score (n runs), sampled values."""
+    metric = search["metric"] or "score"
+    keys = list(dict.fromkeys(k for t in search["trials"] for k in t["values"]))
+    lines = [
+        f"### random search {base}: trials by dev {metric} (best validation of each run; "
+        f"mean over seeds, then datasets; seed {search['seed']})\n",
+        "| " + " | ".join(["rank", "trial", f"dev {metric} (n)", *keys]) + " |",
+        "|--:|---|--:|" + "--:|" * len(keys),
+    ]
+    scale = max((abs(t["dev"]) for t in search["trials"] if t["dev"] is not None), default=0.0)
+    for t in search["trials"]:
+        dev = f"{_number(t['dev'], scale)} (n={t['n']})" if t["dev"] is not None else "–"
+        cells = [str(t["rank"] or ""), t["trial"], dev]
+        cells += [_value(t["values"].get(k)) for k in keys]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _value(value: Any) -> str:
+    """A sampled value as the table shows it (4 significant digits for real numbers)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _higher(metric: str) -> bool:
+    from transduce.metrics import METRICS
+
+    return bool(METRICS[metric.split("_")[0]].higher_is_better)
+
+
 def csv_text(data: dict[str, Any]) -> str:
-    """A CSV row per (system, dataset, metric)."""
+    """A CSV row per (system, dataset, metric); a column `reference.NAME` per reference."""
     out = io.StringIO()
     columns = ["system", "dataset", "metric", "n", "mean", "std", "published", "difference"]
+    names = data.get("reference_names") or []
+    columns += [f"reference.{name}" for name in names]
     writer = csv.DictWriter(out, columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    writer.writerows(data["rows"])
+    for row in data["rows"]:
+        writer.writerow(
+            {**row, **{f"reference.{n}": (row.get("references") or {}).get(n) for n in names}}
+        )
     return out.getvalue()
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from transduce import recipe_loader
 from transduce.errors import EXIT_INTERRUPTED, ConfigError
-from transduce.experiments.spec import Cell, Experiment
+from transduce.experiments.spec import Cell, EnsembleSpec, Experiment
 from transduce.io import atomic_write_text
 
 RUNS, LOGS, STATE = "runs", "logs", "cells.json"
@@ -73,7 +73,7 @@ class Outcome:
     error: str | None = None
 
 
-def _last_line(log: Path) -> str:
+def last_line(log: Path) -> str:
     try:
         lines = [line.strip() for line in log.read_text("utf-8", "replace").splitlines()]
     except OSError:
@@ -117,7 +117,7 @@ class Executor:
             return Outcome(cell, DONE, seconds)
         if code == EXIT_INTERRUPTED or (self.stopping and code < 0):
             return Outcome(cell, INTERRUPTED, seconds)
-        return Outcome(cell, FAILED, seconds, f"exit {code}: {_last_line(self.log(cell))}")
+        return Outcome(cell, FAILED, seconds, f"exit {code}: {last_line(self.log(cell))}")
 
     @contextlib.contextmanager
     def interrupts(self) -> Iterator[None]:
@@ -173,8 +173,14 @@ class LocalExecutor(Executor):
         return outcomes
 
 
-def state(experiment: Experiment, directory: Path, outcomes: list[Outcome]) -> dict[str, Any]:
-    """Every cell's state: done (now or before), failed, interrupted, running or pending."""
+def state(
+    experiment: Experiment,
+    directory: Path,
+    outcomes: list[Outcome],
+    ensembles: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Every cell's state: done (now or before), failed, interrupted, running or pending;
+    and the ensembles' (`ensembles.states`), when the experiment has any."""
     latest = {o.cell.id: o for o in outcomes}
     cells = []
     for cell in experiment.cells:
@@ -209,7 +215,11 @@ def state(experiment: Experiment, directory: Path, outcomes: list[Outcome]) -> d
         "metrics": experiment.metrics,
         "published": experiment.published,
         "score": experiment.score,
+        "references": experiment.references,
+        "search": experiment.search,
+        "ensemble": None if experiment.ensemble is None else experiment.ensemble.as_dict(),
         "cells": cells,
+        **({"ensembles": ensembles} if ensembles is not None else {}),
     }
 
 
@@ -232,6 +242,13 @@ def read_state(directory: Path) -> Experiment:
             data.get("metrics"),
             data.get("published") or {},
             score=data.get("score") or {},
+            ensemble=(
+                EnsembleSpec(tuple(data["ensemble"]["systems"]), data["ensemble"]["mean"])
+                if data.get("ensemble")
+                else None
+            ),
+            references=data.get("references") or {},
+            search=data.get("search") or {},
         )
     except FileNotFoundError:
         raise ConfigError(

@@ -7,6 +7,16 @@ to compare them with. Every cell is an ordinary run of `transduce train`.
         recipe: paper/wu2018/soft-small-inflection-medium
         set: {train.max_epochs: 30}
       hard: {recipe: paper/wu2018/hard-small-inflection-medium}
+      tuned:                      # a random search: trials tuned-t1 ... tuned-t8, each
+        recipe: paper/wu2018/soft-small-inflection-medium   # a system of its own whose
+        search:                   # overrides are its sampled values (after `set:`), drawn
+          trials: 8               # from random.Random(seed) in the space's order: the
+          seed: 1                 # same seed, the same trials; the report ranks them by
+          space:                  # their best dev score (train.json's `best`)
+            train.optimizer.lr: {loguniform: [0.0001, 0.01]}
+            model.dropout: {uniform: [0.0, 0.5]}
+            model.encoder_size: {int: [100, 400]}     # both ends included
+            train.batch_size: {choice: [20, 50]}
     datasets:                     # optional: name: --set overrides of the data section,
       # or a pattern: a cell per file it matches, named by the {field} (quoted in [...]:
       # YAML would read {...} there as a mapping)
@@ -18,10 +28,24 @@ to compare them with. Every cell is an ordinary run of `transduce train`.
     seeds: [1, 2, 3]              # train.seed of each cell [1]
     set: {train.threads: 1}       # optional: for every cell (before the system's own)
     metrics: [acc, lev]           # optional: the report's columns [the test scores]
-    published:                    # optional: the paper's numbers, system: dataset: metric
+    published:                    # optional: the paper's numbers, system (a trial's name
+                                  # for a search): dataset: metric
       soft: {english: {acc: 92.8}, average: {acc: 82.5}}   # (system: metric without datasets)
+    references:                   # optional: published numbers of systems not run here,
+      official-baseline:          # NAME: DATASET: METRIC: number (no datasets: NAME:
+        english: {acc: 90.9}      # METRIC: number); a column each beside our means, their
+        german: {acc: 75.4}       # average over this experiment's datasets (when a
+      cluzh-7: {english: {acc: 96.1}}  # reference has every one), and a count of the
+                                  # datasets where each system beats each reference; a
+                                  # dataset that `only` leaves out may be given (not shown)
     score: {per: {average: word}} # optional: metrics the report scores again from each
                                   # run's test.predictions, with these options (`score`'s)
+    ensemble:                     # optional: once every seed of a (system, dataset) has
+      systems: [soft]             # finished, decode its test split with the seeds' best
+      mean: probability           # checkpoints as one ensemble (`transduce decode A B C`);
+                                  # systems: a list (a search's name: its trials) or `all`;
+                                  # mean: probability [default] or
+                                  # log-probability (`--ensemble-mean`)
 
 `load` checks it all before any run starts: each cell's configuration is loaded as
 `transduce train` would load it (recipe, overrides, data files), and any problem is one
@@ -45,7 +69,10 @@ from transduce import recipe_loader
 from transduce.errors import ConfigError, TransduceError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_+-]*$")  # system and dataset names: run dirs
-KEYS = {"systems", "datasets", "seeds", "set", "metrics", "published", "score"}
+KEYS = {
+    *("systems", "datasets", "seeds", "set", "metrics", "published", "score", "ensemble"),
+    "references",
+}
 FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 AVERAGE = "average"  # the report's row over the datasets: not a dataset's name
 # the test split's monotonicity (train.json's test_monotonicity, overall) as report
@@ -85,6 +112,17 @@ class Cell:
         return f"{self.system}{middle}.seed{self.seed}"
 
 
+@dataclass(frozen=True)
+class EnsembleSpec:
+    """`ensemble:`: the systems whose seeds are decoded as one model, per dataset."""
+
+    systems: tuple[str, ...]
+    mean: str = "probability"  # transduce.ensemble.MEANS
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"systems": list(self.systems), "mean": self.mean}
+
+
 @dataclass
 class Experiment:
     """A loaded and checked experiment file."""
@@ -98,6 +136,12 @@ class Experiment:
     published: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)  # the file's own mapping
     score: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric: its options
+    ensemble: EnsembleSpec | None = None
+    # published numbers of systems not run: NAME: DATASET: METRIC: number (no datasets:
+    # NAME: METRIC: number); only the experiment's datasets
+    references: dict[str, Any] = field(default_factory=dict)
+    # a system's random search: NAME: {"seed": S, "trials": {NAME-tK: {KEY: value}}}
+    search: dict[str, Any] = field(default_factory=dict)
 
     def published_value(self, system: str, dataset: str | None, metric: str) -> float | None:
         """The paper's number for a system (on a dataset, or `average`), if given."""
@@ -105,6 +149,21 @@ class Experiment:
         if dataset is not None:
             numbers = numbers.get(dataset) or {}
         value = numbers.get(metric)
+        return float(value) if isinstance(value, int | float) else None
+
+    def reference_value(self, name: str, dataset: str | None, metric: str) -> float | None:
+        """A reference's number on a dataset; on `average`, its mean over the experiment's
+        datasets when it has a number for every one (else None)."""
+        numbers = self.references.get(name) or {}
+        if dataset is None:
+            value = numbers.get(metric)
+            return float(value) if isinstance(value, int | float) else None
+        if dataset == AVERAGE:
+            values = [self.reference_value(name, d, metric) for d in self.datasets]
+            if not values or any(v is None for v in values):
+                return None
+            return sum(values) / len(values)  # type: ignore[arg-type]
+        value = (numbers.get(dataset) or {}).get(metric)
         return float(value) if isinstance(value, int | float) else None
 
 
@@ -132,8 +191,11 @@ def _fill(value: Any, field_name: str, text: str) -> Any:
     return value
 
 
-def _datasets(path: Path, value: Any, root: Path) -> dict[str | None, list[str]]:
-    """Dataset name: its overrides (one nameless dataset when there are none)."""
+def _datasets(
+    path: Path, value: Any, root: Path, matched: set[str] | None = None
+) -> dict[str | None, list[str]]:
+    """Dataset name: its overrides (one nameless dataset when there are none); `matched`
+    gets every name a pattern matches, those that `only` leaves out too."""
     if value is None:
         return {None: []}
     if not isinstance(value, dict) or not value:
@@ -176,6 +238,8 @@ def _datasets(path: Path, value: Any, root: Path) -> dict[str | None, list[str]]
         missing = [str(n) for n in only if str(n) not in found]
         if missing:
             raise _problem(path, "datasets.only", f"{missing[0]!r} matches no file of {pattern}")
+        if matched is not None:
+            matched.update(found)
         found = {n: found[n] for n in map(str, only)}
     if not found:
         raise _problem(
@@ -292,24 +356,65 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
     published = data.get("published") or {}
     if not isinstance(published, dict):
         raise _problem(path, "published", f"expected a mapping, got {published!r}")
+    entries, search = _systems(path, systems)
+    names = [entry[0] for entry in entries]
     for name in published:
-        if name not in systems:
+        if name not in names:
             raise _problem(path, f"published.{name}", "not a system of this experiment")
+    ensemble = _check_ensemble(path, data.get("ensemble"), names, search)
     root, _ = recipe_loader.data_root(data_root)
     common = _overrides(path, "set", data.get("set"))
-    datasets = _datasets(path, data.get("datasets"), root)
-    _check_published(path, published, [d for d in datasets if d is not None])
+    matched: set[str] = set()
+    datasets = _datasets(path, data.get("datasets"), root, matched)
+    named = [d for d in datasets if d is not None]
+    _check_published(path, published, named)
+    references = _check_references(path, data.get("references"), named, matched | set(named), names)
     cells = []
+    for name, where, recipe, own in entries:
+        for dataset, data_overrides in datasets.items():
+            overrides = [*common, *own, *data_overrides]
+            try:
+                loaded, _ = configuration.load(recipe, overrides, data_root)
+            except TransduceError as error:
+                cell = where + (f", dataset {dataset}" if dataset is not None else "")
+                raise ConfigError(f"{path}: {cell}: {error}") from None
+            if ensemble is not None and name in ensemble.systems:
+                _check_ensemble_model(path, name, loaded)
+            for seed in seeds:
+                cells.append(Cell(name, dataset, seed, recipe, (*overrides, f"train.seed={seed}")))
+    return Experiment(
+        path,
+        cells,
+        names,
+        list(datasets),
+        list(seeds),
+        metrics,
+        published,
+        data,
+        _check_score(path, data.get("score"), metrics),
+        ensemble,
+        references,
+        search,
+    )
+
+
+def _systems(
+    path: Path, systems: dict[str, Any]
+) -> tuple[list[tuple[str, str, str, list[str]]], dict[str, Any]]:
+    """(name, key for messages, recipe, its overrides) of each system, a system with
+    `search:` as its trials NAME-t1 ... NAME-tN; and each search's trials (`search`)."""
+    entries = []
+    searches: dict[str, Any] = {}
     for name, system in systems.items():
         where = f"systems.{name}"
         if not NAME.match(str(name)):
             raise _problem(path, where, "a name of letters, digits, _ + -")
         if not isinstance(system, dict) or "recipe" not in system:
             raise _problem(path, where, "expected {recipe: NAME_OR_PATH, set: {...}}")
-        unknown = set(system) - {"recipe", "set"}
+        unknown = set(system) - {"recipe", "set", "search"}
         if unknown:
             raise _problem(
-                path, f"{where}.{sorted(unknown)[0]}", "unknown key (valid: recipe, set)"
+                path, f"{where}.{sorted(unknown)[0]}", "unknown key (valid: recipe, search, set)"
             )
         recipe = str(system["recipe"])
         beside = path.parent / recipe
@@ -320,28 +425,199 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
         except ConfigError as error:
             raise _problem(path, f"{where}.recipe", str(error)) from None
         own = _overrides(path, f"{where}.set", system.get("set"))
-        for dataset, data_overrides in datasets.items():
-            overrides = [*common, *own, *data_overrides]
-            try:
-                configuration.load(recipe, overrides, data_root)
-            except TransduceError as error:
-                cell = where + (f", dataset {dataset}" if dataset is not None else "")
-                raise ConfigError(f"{path}: {cell}: {error}") from None
-            for seed in seeds:
-                cells.append(
-                    Cell(str(name), dataset, seed, recipe, (*overrides, f"train.seed={seed}"))
-                )
-    return Experiment(
-        path,
-        cells,
-        [str(n) for n in systems],
-        list(datasets),
-        list(seeds),
-        metrics,
-        published,
-        data,
-        _check_score(path, data.get("score"), metrics),
-    )
+        if system.get("search") is None:
+            entries.append((str(name), where, recipe, own))
+            continue
+        seed, trials = _check_search(path, f"{where}.search", system["search"])
+        searches[str(name)] = {"seed": seed, "trials": {}}
+        for number, values in enumerate(trials, 1):
+            trial = f"{name}-t{number}"
+            searches[str(name)]["trials"][trial] = values
+            sampled = _overrides(path, f"{where}.search", values)
+            entries.append((trial, f"{where} (trial {trial})", recipe, [*own, *sampled]))
+    taken = [entry[0] for entry in entries]
+    for name in taken:
+        if taken.count(name) > 1:
+            raise _problem(path, f"systems.{name}", "also the name of a trial of a search")
+    return entries, searches
+
+
+DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
+
+
+def _check_search(path: Path, where: str, value: Any) -> tuple[int, list[dict[str, Any]]]:
+    """search: {trials: N, seed: S, space: {KEY: {DISTRIBUTION: ...}}}: the seed and each
+    trial's sampled values (`sample`)."""
+    if not isinstance(value, dict):
+        raise _problem(
+            path, where, f"expected {{trials: N, seed: S, space: {{...}}}}, got {value!r}"
+        )
+    unknown = set(value) - {"trials", "seed", "space"}
+    if unknown:
+        raise _problem(
+            path, f"{where}.{sorted(unknown)[0]}", "unknown key (valid: seed, space, trials)"
+        )
+    trials, seed, space = value.get("trials"), value.get("seed", 0), value.get("space")
+    if type(trials) is not int or trials < 1:
+        raise _problem(path, f"{where}.trials", f"expected a positive integer, got {trials!r}")
+    if type(seed) is not int:
+        raise _problem(path, f"{where}.seed", f"expected an integer, got {seed!r}")
+    if not isinstance(space, dict) or not space:
+        raise _problem(
+            path, f"{where}.space", f"expected KEY: {{DISTRIBUTION: ...}}, got {space!r}"
+        )
+    for key, spec in space.items():
+        at = f"{where}.space.{key}"
+        if key == "train.seed" or key == "train.select_on":
+            raise _problem(path, at, "not searched: the seeds are the experiment's, and the "
+                           "trials are ranked by one select_on")  # fmt: skip
+        if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in DISTRIBUTIONS:
+            raise _problem(
+                path,
+                at,
+                "expected one of {uniform: [A, B]}, {loguniform: [A, B]}, {int: [A, B]}, "
+                f"{{choice: [...]}}, got {spec!r}",
+            )
+        kind, bounds = next(iter(spec.items()))
+        if kind == "choice":
+            if not isinstance(bounds, list) or not bounds:
+                raise _problem(path, f"{at}.choice", f"expected a list of values, got {bounds!r}")
+            continue
+        number = int if kind == "int" else (int, float)
+        if (
+            not isinstance(bounds, list)
+            or len(bounds) != 2
+            or not all(isinstance(b, number) and not isinstance(b, bool) for b in bounds)
+            or bounds[0] > bounds[1]
+        ):
+            what = "integers" if kind == "int" else "numbers"
+            raise _problem(path, f"{at}.{kind}", f"expected [A, B], {what}, A <= B, got {bounds!r}")
+        if kind == "loguniform" and bounds[0] <= 0:
+            raise _problem(path, f"{at}.loguniform", f"expected A > 0, got {bounds!r}")
+    return seed, sample(space, trials, seed)
+
+
+def sample(space: dict[str, dict[str, Any]], trials: int, seed: int) -> list[dict[str, Any]]:
+    """Each trial's values of a search space, drawn in the space's order from one
+    `random.Random(seed)` (the same seed, the same trials, on any machine): uniform in
+    [A, B], log-uniform (uniform in [log A, log B], then exp), an integer in [A, B] (both
+    included), one of a list; real numbers kept to 6 significant digits."""
+    import math
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for _ in range(trials):
+        values: dict[str, Any] = {}
+        for key, spec in space.items():
+            kind, bounds = next(iter(spec.items()))
+            if kind == "uniform":
+                values[key] = float(f"{rng.uniform(bounds[0], bounds[1]):.6g}")
+            elif kind == "loguniform":
+                low, high = math.log(bounds[0]), math.log(bounds[1])
+                values[key] = float(f"{math.exp(rng.uniform(low, high)):.6g}")
+            elif kind == "int":
+                values[key] = rng.randint(bounds[0], bounds[1])
+            else:
+                values[key] = bounds[rng.randrange(len(bounds))]
+        out.append(values)
+    return out
+
+
+def _check_references(
+    path: Path, value: Any, datasets: list[str], known: set[str], systems: list[str]
+) -> dict[str, Any]:
+    """references: NAME: DATASET: METRIC: number (NAME: METRIC: number without datasets):
+    published numbers of systems not run here. A dataset that `only` leaves out may be
+    given (a paper's whole table), and is not shown; the average is computed (over the
+    experiment's datasets), never given."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _problem(path, "references", f"expected NAME: DATASET: METRIC: number, got {value!r}")
+    out: dict[str, Any] = {}
+    for name, numbers in value.items():
+        where = f"references.{name}"
+        if not NAME.match(str(name)):
+            raise _problem(path, where, "a name of letters, digits, _ + -")
+        if str(name) in systems:
+            raise _problem(path, where, "a system of this experiment (give it in published:)")
+        if not isinstance(numbers, dict):
+            raise _problem(path, where, f"expected a mapping, got {numbers!r}")
+        groups = {str(k): v for k, v in numbers.items()} if datasets else {None: numbers}
+        for dataset, values in groups.items():
+            at = where + (f".{dataset}" if dataset is not None else "")
+            if dataset == AVERAGE:
+                raise _problem(path, at, "the average is computed over this experiment's datasets")
+            if dataset is not None and dataset not in known:
+                raise _problem(path, at, "not a dataset of this experiment")
+            if not isinstance(values, dict):
+                raise _problem(path, at, f"expected METRIC: number, got {values!r}")
+            for metric, number in values.items():
+                if why := _unknown_metric(str(metric)):
+                    raise _problem(path, f"{at}.{metric}", f"not a metric ({why})")
+                if type(number) not in (int, float):
+                    raise _problem(path, f"{at}.{metric}", f"expected a number, got {number!r}")
+        out[str(name)] = (
+            {
+                k: {str(m): float(v) for m, v in values.items()}
+                for k, values in groups.items()
+                if k is None or k in datasets
+            }
+            if datasets
+            else {str(m): float(v) for m, v in numbers.items()}
+        )
+    return out
+
+
+def _check_ensemble(
+    path: Path, value: Any, systems: list[str], search: dict[str, Any]
+) -> EnsembleSpec | None:
+    """ensemble: {systems: [NAME, ...] or all, mean: probability or log-probability}; the
+    name of a system with `search:` stands for its trials."""
+    from transduce.defaults import ENSEMBLE_MEANS
+
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _problem(
+            path, "ensemble", f"expected {{systems: [NAME, ...], mean: ...}}, got {value!r}"
+        )
+    unknown = set(value) - {"systems", "mean"}
+    if unknown:
+        raise _problem(path, f"ensemble.{sorted(unknown)[0]}", "unknown key (valid: mean, systems)")
+    chosen = value.get("systems", "all")
+    if chosen == "all":
+        chosen = list(systems)
+    if not isinstance(chosen, list) or not chosen or not all(isinstance(n, str) for n in chosen):
+        raise _problem(
+            path, "ensemble.systems", f"expected a list of systems or all, got {chosen!r}"
+        )
+    expanded = []
+    for name in chosen:
+        if name in search:
+            expanded += list(search[name]["trials"])
+        elif name in systems:
+            expanded.append(name)
+        else:
+            raise _problem(path, "ensemble.systems", f"{name!r} is not a system of this experiment")
+    chosen = expanded
+    mean = value.get("mean", ENSEMBLE_MEANS[0])
+    if mean not in ENSEMBLE_MEANS:
+        raise _problem(path, "ensemble.mean", f"{mean!r}: one of {', '.join(ENSEMBLE_MEANS)}")
+    return EnsembleSpec(tuple(dict.fromkeys(chosen)), str(mean))
+
+
+def _check_ensemble_model(path: Path, system: str, config: configuration.Config) -> None:
+    """An ensemble is of sequence-to-sequence models (`transduce.ensemble`)."""
+    from transduce.models import MODELS, Seq2SeqModel
+
+    if not issubclass(MODELS[config.model_name], Seq2SeqModel):
+        raise _problem(
+            path,
+            "ensemble.systems",
+            f"{system}: a {config.model_name} model; an ensemble is of sequence-to-sequence models",
+        )
 
 
 def _check_score(path: Path, value: Any, metrics: list[str] | None) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,381 @@
+"""Ensembles of an experiment's seeds (the experiment file's `ensemble:`).
+
+Once every seed of a (system, dataset) has finished, the seeds' best checkpoints decode
+the test split as one model (`transduce.ensemble`, as `transduce decode RUN_1 RUN_2 ...`),
+with the decoding options of the runs' own `decode` section (beam, length penalty, ...),
+and the output is scored exactly as a run scores its test split (`Task.evaluate`). Each
+ensemble is `python -m transduce.experiments.ensembles` in a process of its own (its
+output in EXP_DIR/logs/SYSTEM.DATASET.ensemble.log), N at a time, on this machine, and
+writes, in EXP_DIR/ensembles/SYSTEM.DATASET/:
+
+    test.predictions   one output per test line, in the test split's order (as a run's)
+    ensemble.json      the members (cell ids and their train.json's sha256), the test
+                       split's sha256 (as the members' train.json record it), the test
+                       scores, the decoding options and the mean
+
+ensemble.json is written last: an ensemble whose ensemble.json names the members as they
+are now (and whose test.predictions is the one it describes) is up to date and is not
+decoded again; a member run again (another train.json) makes it out of date, and the next
+`experiment run` decodes it again. The report reads ensemble.json alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transduce.errors import EXIT_INTERRUPTED, TransduceError
+from transduce.experiments.runner import (
+    DONE,
+    FAILED,
+    INTERRUPTED,
+    LOGS,
+    PENDING,
+    RUNS,
+    Executor,
+    finished,
+    last_line,
+)
+from transduce.experiments.spec import Cell, Experiment
+
+ENSEMBLES, RECORD, PREDICTIONS = "ensembles", "ensemble.json", "test.predictions"
+SCHEMA = "transduce.experiment-ensemble/1"
+OUT_OF_DATE = "out of date"
+
+
+@dataclass(frozen=True)
+class Group:
+    """The seeds of one (system, dataset): one ensemble."""
+
+    system: str
+    dataset: str | None
+    members: tuple[str, ...]  # cell ids, in the experiment's seed order
+    mean: str
+
+    @property
+    def id(self) -> str:
+        """SYSTEM[.DATASET]: its directory's name under EXP_DIR/ensembles."""
+        return self.system + (f".{self.dataset}" if self.dataset is not None else "")
+
+    @property
+    def label(self) -> str:
+        """Its row's name in the report."""
+        return f"{self.system} (ensemble of {len(self.members)})"
+
+
+@dataclass
+class EnsembleOutcome:
+    """What became of an ensemble in this session."""
+
+    group: Group
+    status: str
+    seconds: float = 0.0
+    error: str | None = None
+
+
+def groups(experiment: Experiment) -> list[Group]:
+    """The ensembles of an experiment, in its systems' and datasets' order."""
+    if experiment.ensemble is None:
+        return []
+    out = []
+    for system in experiment.systems:
+        if system not in experiment.ensemble.systems:
+            continue
+        for dataset in experiment.datasets:
+            members = tuple(
+                c.id for c in experiment.cells if (c.system, c.dataset) == (system, dataset)
+            )
+            if members:
+                out.append(Group(system, dataset, members, experiment.ensemble.mean))
+    return out
+
+
+def _sha256(path: Path) -> str | None:
+    from transduce.io import sha256_file
+
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
+
+
+def fingerprint(directory: Path, group: Group) -> list[dict[str, Any]]:
+    """The members as they are now: each cell id and its train.json's sha256."""
+    return [
+        {"cell": m, "train_json_sha256": _sha256(directory / RUNS / m / "train.json")}
+        for m in group.members
+    ]
+
+
+def record(directory: Path, group: Group) -> dict[str, Any] | None:
+    """The group's ensemble.json (None: none, or unreadable)."""
+    try:
+        data = json.loads((directory / ENSEMBLES / group.id / RECORD).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def up_to_date(directory: Path, group: Group, data: dict[str, Any] | None = None) -> bool:
+    """Whether the group's ensemble.json describes these members, this mean, and the
+    test.predictions beside it."""
+    data = record(directory, group) if data is None else data
+    return (
+        data is not None
+        and data.get("members") == fingerprint(directory, group)
+        and data.get("mean") == group.mean
+        and data.get("test_predictions_sha256")
+        == _sha256(directory / ENSEMBLES / group.id / PREDICTIONS)
+    )
+
+
+def ready(directory: Path, group: Group) -> bool:
+    """Whether every member has finished."""
+    return all(finished(directory / RUNS / m) for m in group.members)
+
+
+def _train_report(directory: Path, cell: str) -> dict[str, Any]:
+    path = directory / RUNS / cell / "train.json"
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError) as error:
+        raise TransduceError(f"{path}: cannot read the run's report ({error})") from None
+    return data
+
+
+def test_split(directory: Path, cell: str, report: dict[str, Any]) -> Path | None:
+    """The prepared data directory whose test.tsv a member was tested on (its train.json's
+    data directory, else RUN_DIR/data where `train` prepares raw data), checked against the
+    hash recorded there; None if neither is it."""
+    data = report.get("data") or {}
+    expected = (data.get("outputs") or {}).get("test.tsv")
+    candidates = [Path(data["directory"])] if data.get("directory") else []
+    candidates.append(directory / RUNS / cell / "data")
+    for candidate in candidates:
+        if expected is not None and _sha256(candidate / "test.tsv") == expected:
+            return candidate
+    return None
+
+
+def build(directory: Path, group: Group, device: str | None = None) -> dict[str, Any]:
+    """Decode the group's test split with its members as one ensemble, score it as a run
+    scores its test split, and write test.predictions and ensemble.json; the record.
+
+    Raises:
+        TransduceError: a member without a best checkpoint or a test split, members tested
+            on different test splits or decoding differently, models that cannot be one
+            ensemble (each naming the ensemble).
+    """
+    import torch
+
+    from transduce import checkpoint
+    from transduce.inference import Transducer
+    from transduce.io import atomic_write_text
+    from transduce.reporting import versions, write_json
+
+    start = time.perf_counter()
+    where = f"ensemble {group.id}"
+    members = fingerprint(directory, group)  # before decoding: a later change redoes it
+    reports = {m: _train_report(directory, m) for m in group.members}
+    first = group.members[0]
+    test_hashes = {
+        m: ((r.get("data") or {}).get("outputs") or {}).get("test.tsv") for m, r in reports.items()
+    }
+    if test_hashes[first] is None:
+        raise TransduceError(f"{where}: {first}: its train.json records no test split")
+    for member, digest in test_hashes.items():
+        if digest != test_hashes[first]:
+            raise TransduceError(f"{where}: {member} was tested on another test split than {first}")
+    decodes = {m: (r.get("config") or {}).get("decode") for m, r in reports.items()}
+    for member, options in decodes.items():
+        if options != decodes[first]:
+            raise TransduceError(f"{where}: {member} decodes otherwise than {first} (decode:)")
+    prepared = test_split(directory, first, reports[first])
+    if prepared is None:
+        raise TransduceError(f"{where}: {first}: the test split it was tested on is not there")
+    payloads = []
+    for member in group.members:
+        path = directory / RUNS / member / checkpoint.BEST
+        if not path.is_file():
+            raise TransduceError(f"{where}: {member}: no {checkpoint.BEST}")
+        payloads.append(checkpoint.load(path))
+    chosen = device or payloads[0]["config"]["train"].get("device", "auto")
+    try:
+        transducer = Transducer.ensemble(payloads, chosen, None, group.mean)
+        task = transducer.task
+        data = task.load_data(prepared, payloads[0]["vocab"])
+        if data.test_eval is None:
+            raise TransduceError(f"{prepared}: no test split with references to score")
+        with torch.inference_mode():
+            scores, outputs = task.evaluate(transducer.model, data, data.test_eval)
+        lines = task.test_lines(data, outputs)
+    except TransduceError as error:
+        raise TransduceError(f"{where}: {error}") from None
+    out = directory / ENSEMBLES / group.id
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / PREDICTIONS, "".join(line + "\n" for line in lines))
+    result = {
+        "schema": SCHEMA,
+        "system": group.system,
+        "dataset": group.dataset,
+        "members": members,
+        "checkpoints": [str(Path(RUNS) / m / checkpoint.BEST) for m in group.members],
+        "mean": group.mean,
+        "test_sha256": test_hashes[first],
+        "test_predictions_sha256": _sha256(out / PREDICTIONS),
+        "test_lines": len(lines),
+        "test": scores,  # as a run's train.json's test: Task.evaluate on the test split
+        "decode": dataclasses.asdict(task.evaluation_options()),
+        "device": str(transducer.device),
+        "bf16": transducer.bf16,
+        "seconds": time.perf_counter() - start,
+        "versions": versions(),
+    }
+    write_json(out / RECORD, result)  # last: its presence says the rest is complete
+    return result
+
+
+def command(directory: Path, group: Group, threads: int) -> list[str]:
+    """The process that decodes one ensemble (`main`)."""
+    out = [sys.executable, "-m", "transduce.experiments.ensembles", str(directory.resolve())]
+    out += ["--system", group.system, "--mean", group.mean, "--threads", str(threads)]
+    if group.dataset is not None:
+        out += ["--dataset", group.dataset]
+    return out + list(group.members)
+
+
+def log_path(directory: Path, group: Group) -> Path:
+    return (directory / LOGS / f"{group.id}.ensemble.log").resolve()
+
+
+def run_all(
+    experiment: Experiment,
+    directory: Path,
+    workers: int,
+    threads: int,
+    chosen: list[Cell] | None = None,
+    announce: Callable[[str], None] = lambda text: None,
+    report: Callable[[list[EnsembleOutcome]], None] = lambda outcomes: None,
+) -> tuple[list[EnsembleOutcome], bool]:
+    """Decode every ensemble whose members have all finished and that is not up to date
+    (of the groups with a cell among `chosen`), `workers` at a time; `report` is called
+    after each. Returns the outcomes and whether Ctrl-C stopped them (no new one starts;
+    the running ones end)."""
+    ids = None if chosen is None else {c.id for c in chosen}
+    todo = [
+        g
+        for g in groups(experiment)
+        if (ids is None or ids.intersection(g.members))
+        and ready(directory, g)
+        and not up_to_date(directory, g)
+    ]
+    control = Executor(directory, threads)
+    outcomes: list[EnsembleOutcome] = []
+    if not todo:
+        return outcomes, False
+    (directory / LOGS).mkdir(parents=True, exist_ok=True)
+    running: dict[subprocess.Popen[bytes], tuple[Group, float]] = {}
+    with control.interrupts():
+        while todo or running:
+            while todo and len(running) < workers and not control.stopping:
+                group = todo.pop(0)
+                with open(log_path(directory, group), "ab") as log:
+                    process = subprocess.Popen(
+                        command(directory, group, threads), stdout=log, stderr=subprocess.STDOUT
+                    )
+                running[process] = (group, time.monotonic())
+                announce(f"started the ensemble {group.id} ({len(group.members)} runs)")
+            if control.stopping and not running:
+                break
+            time.sleep(0.1)
+            for process in [p for p in running if p.poll() is not None]:
+                group, started = running.pop(process)
+                code, seconds = process.returncode, time.monotonic() - started
+                if code == 0:
+                    outcome = EnsembleOutcome(group, DONE, seconds)
+                elif code == EXIT_INTERRUPTED or control.stopping:  # Ctrl-C reached it
+                    outcome = EnsembleOutcome(group, INTERRUPTED, seconds)
+                else:
+                    last = last_line(log_path(directory, group))
+                    outcome = EnsembleOutcome(group, FAILED, seconds, f"exit {code}: {last}")
+                outcomes.append(outcome)
+                report(outcomes)
+    return outcomes, control.stopping
+
+
+def states(
+    experiment: Experiment, directory: Path, outcomes: list[EnsembleOutcome]
+) -> list[dict[str, Any]]:
+    """Every ensemble's state for cells.json: done (up to date), failed, interrupted,
+    out of date, or pending (members not finished)."""
+    latest = {o.group.id: o for o in outcomes}
+    out = []
+    for group in groups(experiment):
+        outcome = latest.get(group.id)
+        data = record(directory, group)
+        status = (
+            outcome.status
+            if outcome is not None
+            else DONE
+            if up_to_date(directory, group, data)
+            else OUT_OF_DATE
+            if data is not None
+            else PENDING
+        )
+        out.append(
+            {
+                "id": group.id,
+                "system": group.system,
+                "dataset": group.dataset,
+                "members": list(group.members),
+                "status": status,
+                "seconds": None if outcome is None else round(outcome.seconds, 1),
+                "error": None if outcome is None else outcome.error,
+                "directory": str(Path(ENSEMBLES) / group.id),
+            }
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One ensemble, in a process of its own (`command`): 0 done, 2 an error (one line on
+    stderr), 130 Ctrl-C."""
+    parser = argparse.ArgumentParser(prog="python -m transduce.experiments.ensembles")
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("members", nargs="+")
+    parser.add_argument("--system", required=True)
+    parser.add_argument("--dataset")
+    parser.add_argument("--mean", default="probability")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device")
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    group = Group(args.system, args.dataset, tuple(args.members), args.mean)
+    try:
+        result = build(args.directory, group, args.device)
+    except TransduceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"ensemble {group.id}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    scores = ", ".join(f"{k} {v:.2f}" for k, v in result["test"].items())
+    print(f"ensemble {group.id}: {len(group.members)} runs, test {scores}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C before the decoding started (importing torch)
+        sys.exit(EXIT_INTERRUPTED)
