@@ -1061,3 +1061,35 @@ def test_trials_ranked_by_their_best_dev_score(tmp_path, metric, order):
         in text
     )
     assert "|  | a-t3 | – | 0.1 |" in text
+
+
+def test_the_dev_table_reads_each_runs_best_validation(tmp_path):
+    """`report --dev`: the dev scores of the validation at `best.update`, not the last one,
+    not the test scores; no published numbers beside them."""
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml",
+        [spec.Cell("a", "x", s, "", ()) for s in (1, 2)],
+        ["a"],
+        ["x"],
+        [1, 2],
+        ["acc"],
+        {"a": {"x": {"acc": 99.0}}},
+    )
+    for seed, best in ((1, 30.0), (2, 50.0)):
+        cell = f"a.x.seed{seed}"
+        fake_run(tmp_path, cell, {"acc": 1.0})
+        path = tmp_path / "runs" / cell / "train.json"
+        data = json.loads(path.read_text())
+        data["best"] = {"update": 20, "metric": "acc", "score": best}
+        data["history"] = [
+            {"update": 10, "dev_scores": {"acc": best - 10}},
+            {"update": 20, "dev_scores": {"acc": best}},
+            {"update": 30, "dev_scores": {"acc": best - 5}},
+        ]
+        path.write_text(json.dumps(data))
+    dev = report.table(experiment, tmp_path, "dev")
+    row = next(r for r in dev["rows"] if r["dataset"] == "x")
+    assert row["values"] == [30.0, 50.0] and row["published"] is None
+    assert "(dev: each run's best validation)" in report.markdown(dev)
+    test = next(r for r in report.table(experiment, tmp_path)["rows"] if r["dataset"] == "x")
+    assert test["values"] == [1.0, 1.0] and test["published"] == 99.0

@@ -291,6 +291,14 @@ def report_command(
             show_default=False,
         ),
     ] = None,
+    dev: Annotated[
+        bool,
+        typer.Option(
+            "--dev",
+            help="The dev scores of each run's best validation instead of its test scores "
+            "(to choose between systems; no ensembles, references or published numbers).",
+        ),
+    ] = False,
     verbosity: Verbosity = None,
 ) -> None:
     """The table of an experiment: mean ± std over seeds beside the published numbers."""
@@ -305,7 +313,7 @@ def report_command(
     if plot is not None:
         report.plot_format(plot)
     loaded = runner.read_state(directory)
-    data = report.table(loaded, directory)
+    data = report.table(loaded, directory, "dev" if dev else "test")
     text = report.markdown(data)
     ui.stderr.print(text, markup=False, highlight=False)
     if markdown is not None:

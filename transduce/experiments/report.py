@@ -25,6 +25,7 @@ ensembles' files, so a copy of those alone (`experiments.export`) gives the same
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import statistics
@@ -68,12 +69,14 @@ def scores(
     stops: dict[str, str] | None = None,
     seconds: dict[str, float] | None = None,
     unscored: dict[str, str] | None = None,
+    split: str = "test",
 ) -> tuple[dict[str, dict], list[str]]:
     """The test scores of each finished cell (by id), with the test split's monotonicity
     where the run measured it (`MONOTONICITY`), and the ids of the others; `stops` gets
     each finished cell's reason to stop (train.json's `stop`), `seconds` its training
     seconds (over all its sessions), `unscored` why a cell could not be scored again
-    (`rescore`: it then counts without those metrics)."""
+    (`rescore`: it then counts without those metrics). With `split="dev"`: the dev scores
+    and monotonicity of each cell's best validation instead (`best_dev`)."""
     found, missing = {}, []
     for cell in experiment.cells:
         run_dir = directory / RUNS / cell.id
@@ -83,6 +86,9 @@ def scores(
                 stops[cell.id] = str(report.get("stop"))
             if seconds is not None and isinstance(report.get("training_seconds"), int | float):
                 seconds[cell.id] = float(report["training_seconds"])
+            if split == "dev":
+                found[cell.id] = best_dev(report)
+                continue
             found[cell.id] = dict(report.get("test") or {})
             if experiment.score and report.get("test") is not None:
                 try:
@@ -99,6 +105,26 @@ def scores(
         else:
             missing.append(cell.id)
     return found, missing
+
+
+def best_dev(report: dict[str, Any]) -> dict[str, float]:
+    """The dev scores (and dev monotonicity, `MONOTONICITY`) of a run's best validation:
+    the validation of train.json's `history` at the update its `best` names."""
+    best = report.get("best") if isinstance(report.get("best"), dict) else {}
+    history = report.get("history") if isinstance(report.get("history"), list) else []
+    for entry in history:
+        if isinstance(entry, dict) and entry.get("update") == best.get("update"):
+            out = {
+                k: float(v)
+                for k, v in (entry.get("dev_scores") or {}).items()
+                if isinstance(v, int | float)
+            }
+            overall = (entry.get("dev_monotonicity") or {}).get("overall") or {}
+            for name, key in MONOTONICITY.items():
+                if isinstance(overall.get(key), int | float):
+                    out[name] = float(overall[key])
+            return out
+    return {}
 
 
 def rescore(
@@ -216,15 +242,20 @@ def ensemble_scores(
     return found
 
 
-def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
-    """The rows of the report, as plain data (what --json writes)."""
+def table(experiment: Experiment, directory: Path, split: str = "test") -> dict[str, Any]:
+    """The rows of the report, as plain data (what --json writes). `split="dev"`: each
+    cell's best validation instead of its test scores; no ensembles (they decode the test
+    split only), references or published numbers (those are test numbers)."""
     stops: dict[str, str] = {}
     seconds: dict[str, float] = {}
     unscored: dict[str, str] = {}
-    found, missing = scores(experiment, directory, stops, seconds, unscored)
+    found, missing = scores(experiment, directory, stops, seconds, unscored, split)
     not_decoded: list[str] = []
     stale: list[str] = []
     combined = ensemble_scores(experiment, directory, unscored, not_decoded, stale)
+    if split == "dev":
+        combined = {}
+        experiment = dataclasses.replace(experiment, published={}, references={}, ensemble=None)
     metrics = experiment.metrics or sorted({m for s in found.values() for m in s})
     rows: list[Row] = []
     by_system: dict[str, list[ensembles.Group]] = {}
@@ -254,6 +285,7 @@ def table(experiment: Experiment, directory: Path) -> dict[str, Any]:
         rows += _ensemble_rows(by_system.get(system, []), combined, metrics, experiment)
     data: dict[str, Any] = {
         "experiment": str(experiment.path),
+        "split": split,
         "metrics": metrics,
         "rows": [
             {
@@ -447,9 +479,11 @@ def markdown(data: dict[str, Any]) -> str:
         with_datasets = any(r["dataset"] is not None for r in rows)
         again = data.get("score", {}).get(metric)
         how = ", ".join(f"{k}={v}" for k, v in again.items()) if again else ""
+        dev = data.get("split") == "dev"
         out.append(
             f"### {metric}"
-            + (f" (scored again from test.predictions: {how})" if again else "")
+            + (" (dev: each run's best validation)" if dev else "")
+            + (f" (scored again from test.predictions: {how})" if again and not dev else "")
             + "\n"
         )
         head = (
