@@ -1,0 +1,92 @@
+"""The committed results (`results/EXPERIMENT/`) score again to their recorded numbers with
+the official scorers' definitions (`tests/official.py`): SIGMORPHON 2017 task 1's
+`evalm.py` (accuracy and mean Levenshtein distance per lemma and tag) and SIGMORPHON
+2020 task 1's `evaluate.py` (WER per line; LER with Levenshtein's distance, which our PER
+is: the 2020 script's own edit distance undercounts leading edits,
+`test_official.py::test_the_2020_scorer_undercounts_leading_edits`).
+
+Each check takes one finished run of each committed experiment on that data (the first
+by name) and its ensembles; the test files come from the shared data (skipped without).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from . import official
+from .conftest import REPO, shared_data
+
+RESULTS = REPO / "results"
+SIGMORPHON2017 = ("small-data-sigmorphon2017-medium", "small-data-search-inflection")
+SIGMORPHON2020 = ("small-data-sigmorphon2020-g2p", "small-data-search-g2p")
+
+
+def outputs(experiment: str) -> list[tuple[str, Path, dict]]:
+    """(name, test.predictions, recorded test scores) of the first finished run and of every
+    ensemble of a committed experiment."""
+    directory = RESULTS / experiment
+    if not directory.is_dir():
+        pytest.skip(f"results/{experiment} is not committed")
+    found = []
+    for report in sorted((directory / "runs").glob("*/train.json")):
+        test = json.loads(report.read_text(encoding="utf-8")).get("test")
+        if test:
+            found.append((report.parent.name, report.parent / "test.predictions", test))
+            break
+    for ensemble in sorted((directory / "ensembles").glob("*/ensemble.json")):
+        scores = json.loads(ensemble.read_text(encoding="utf-8")).get("test")
+        found.append((ensemble.parent.name, ensemble.parent / "test.predictions", scores))
+    assert found, f"results/{experiment} has no finished run"
+    return found
+
+
+def raw_test_file(config: dict, data: Path) -> Path:
+    """The run's raw test file, under the shared data."""
+    path = config["data"]["test"][0]
+    marker = "/shared/data/"
+    return data / path.split(marker, 1)[1] if marker in path else Path(path)
+
+
+def run_config(predictions: Path) -> dict:
+    directory = predictions.parent
+    report = directory / "train.json"
+    if report.is_file():
+        return json.loads(report.read_text(encoding="utf-8"))["config"]
+    members = json.loads((directory / "ensemble.json").read_text(encoding="utf-8"))["members"]
+    first = directory.parent.parent / "runs" / members[0]["cell"] / "train.json"
+    return json.loads(first.read_text(encoding="utf-8"))["config"]
+
+
+@pytest.mark.parametrize("experiment", SIGMORPHON2017)
+def test_sigmorphon2017_results_score_as_evalm(experiment: str):
+    data = shared_data()
+    if data is None:
+        pytest.skip("no shared data")
+    for name, predictions, recorded in outputs(experiment):
+        gold_path = raw_test_file(run_config(predictions), data)
+        rows = [line.split("\t") for line in gold_path.read_text(encoding="utf-8").splitlines()]
+        guesses = predictions.read_text(encoding="utf-8").splitlines()
+        assert len(guesses) == len(rows), name
+        gold = official.evalm_read("\t".join(r) for r in rows)
+        guess = official.evalm_read(f"{r[0]}\t{g}\t{r[2]}" for r, g in zip(rows, guesses))
+        accuracy, distance = official.evalm_eval_form(gold, guess)
+        assert accuracy == pytest.approx(recorded["acc"], abs=1e-9), name
+        assert distance == pytest.approx(recorded["lev"], abs=1e-9), name
+
+
+@pytest.mark.parametrize("experiment", SIGMORPHON2020)
+def test_sigmorphon2020_results_score_as_the_official_scorer(experiment: str):
+    data = shared_data()
+    if data is None:
+        pytest.skip("no shared data")
+    for name, predictions, recorded in outputs(experiment):
+        gold_path = raw_test_file(run_config(predictions), data)
+        golds = [line.split("\t")[1] for line in gold_path.read_text("utf-8").splitlines()]
+        guesses = predictions.read_text(encoding="utf-8").splitlines()
+        assert len(guesses) == len(golds), name
+        pairs = official.tsv_pairs(f"{g}\t{h}" for g, h in zip(golds, guesses))
+        assert official.sigmorphon2021_wer(pairs) == pytest.approx(recorded["wer"], abs=1e-9)
+        assert official.sigmorphon2020_ler(pairs) == pytest.approx(recorded["per"], abs=1e-9)
