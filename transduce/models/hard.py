@@ -98,6 +98,11 @@ class HardAttentionConfig(LSTMConfig):
             )
         if self.copy and self.estimator != "exact":
             problems.append("copy: needs estimator: exact (the emission of each alignment)")
+        if self.decoder_init != "zero" and not self.input_feeding:
+            problems.append(
+                "decoder_init: the decoder without input feeding runs from zero states here; "
+                "use decoder_init: zero, or input_feeding: true (estimator: reinforce)"
+            )
         if self.samples < 1:
             problems.append(f"samples: must be at least 1, not {self.samples}")
         if not 0 <= self.baseline_decay < 1:

@@ -45,29 +45,53 @@ def reverse_index(lengths: Tensor, width: int) -> Tensor:
 
 
 class BiLSTM(nn.Module):
-    """A bidirectional LSTM over right-padded sequences, without packing.
+    """A (partly) bidirectional LSTM over right-padded sequences, without packing.
 
     PyTorch's LSTM takes its fast (oneDNN) path on a padded tensor but not on a packed
     sequence; packing is only needed so that the backward direction starts at each
     sequence's own end. Here the backward direction reads each sequence reversed within
     its length instead, so it starts at the last real token, padding stays at the end, and
     both directions use the fast path. The result equals a packed bidirectional LSTM's.
+
+    With `bidirectional` = n < `layers`, only the first n layers have a backward direction;
+    the layers above are forward LSTMs of 2 x `hidden` units, so every layer outputs
+    2 x `hidden` (Sockeye's RNN encoder: `sockeye/encoder.py`, `get_recurrent_encoder`, one
+    `BiDirectionalRNNEncoder` layer of rnn-num-hidden // 2 per direction, then a stacked
+    `RecurrentEncoder` of rnn-num-hidden). The backward modules of the first n layers keep
+    their names, so a fully bidirectional encoder's parameters are unchanged.
     """
 
-    def __init__(self, input_size: int, hidden: int, layers: int, dropout: float) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden: int,
+        layers: int,
+        dropout: float,
+        bidirectional: int | None = None,
+    ) -> None:
         super().__init__()
+        both = layers if bidirectional is None else bidirectional
         sizes = [input_size] + [2 * hidden] * (layers - 1)
-        self.forward_layers = nn.ModuleList(nn.LSTM(s, hidden, batch_first=True) for s in sizes)
-        self.backward_layers = nn.ModuleList(nn.LSTM(s, hidden, batch_first=True) for s in sizes)
+        units = [hidden if layer < both else 2 * hidden for layer in range(layers)]
+        self.forward_layers = nn.ModuleList(
+            nn.LSTM(s, u, batch_first=True) for s, u in zip(sizes, units)
+        )
+        self.backward_layers = nn.ModuleList(
+            nn.LSTM(s, hidden, batch_first=True) for s in sizes[:both]
+        )
         self.drop = Dropout(dropout)
 
     def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
         """x: B x S x E (right-padded); lengths: B. Returns B x S x 2H."""
         index = reverse_index(lengths, x.shape[1]).unsqueeze(-1)  # B x S x 1
-        for layer, (forward, backward) in enumerate(zip(self.forward_layers, self.backward_layers)):
+        for layer, forward in enumerate(self.forward_layers):
             if layer:
                 x = self.drop(x)  # between layers
-            ahead, _ = forward(x)  # B x S x H
+            ahead, _ = forward(x)  # B x S x H (bidirectional layer) or B x S x 2H
+            if layer >= len(self.backward_layers):  # a forward layer: reads left to right
+                x = ahead  # B x S x 2H
+                continue
+            backward = self.backward_layers[layer]
             behind, _ = backward(x.gather(1, index.expand_as(x)))  # B x S x H, reversed
             behind = behind.gather(1, index.expand_as(behind))  # back in order
             x = torch.cat([ahead, behind], dim=-1)  # B x S x 2H

@@ -20,6 +20,30 @@ step's window): no Python loop over time steps.
 
 With `copy: true` the output distribution is See et al.'s (2017) pointer-generator mixture
 of eq. (8) and the attention mass on each source symbol (`transduce.models.copy`).
+
+Sockeye 1.18's RNN (the toolkit of Rios et al. 2021, Table 6) is this model with four
+options, read from Sockeye's source at tag 1.18.x:
+- `encoder_bidirectional_layers: 1`: `sockeye/encoder.py`, `get_recurrent_encoder`, makes
+  the first layer a `BiDirectionalRNNEncoder` of rnn-num-hidden // 2 units per direction
+  and stacks forward `RecurrentEncoder` layers of rnn-num-hidden above it; here
+  `encoder_size` is the per-direction size, so rnn-num-hidden = 2 x `encoder_size`.
+- `input_feeding: true` with `output_size: decoder_size`: `sockeye/decoder.py`,
+  `RecurrentDecoder._step`, feeds the decoder LSTM [e(y_{i-1}); hidden_{i-1}], where the
+  attentional hidden state is `_hidden_mlp`'s tanh(W [h_i; c_i] + b) of rnn-num-hidden
+  units (0 at the first step): our c̄ of eq. (9) with d_s = decoder_size, eq. (14) with
+  `feed_merge: concat`. The output layer reads that same state.
+- `decoder_init: last`: `RecurrentDecoder.get_initial_state` with `rnn-decoder-state-init
+  last` (the default) sets each decoder layer's h_0 and c_0 to tanh(W_k h_|x| + b_k), one
+  map k per layer and state (`enc2decinit_k`), where h_|x| is the top encoder layer's
+  output at the last real source position (`SequenceLast`).
+- `init: xavier`: `sockeye/initializer.py`, `get_initializer`, with the defaults of
+  `sockeye/arguments.py` that Table 6 names (weight-init xavier, scale 3.0, factor avg,
+  uniform): U(-a, a), a = sqrt(3 / ((fan_in + fan_out) / 2)), which is Glorot's uniform
+  with gain 1, on every weight, embeddings included; the recurrent (h2h) matrices are
+  orthogonal with scale 1.414 (`--rnn-h2h-init orthogonal`, the default); biases 0 (the
+  LSTM forget bias too, `--rnn-forget-bias 0`).
+Sockeye's mlp attention (`sockeye/rnn_attention.py`, `MlpAttention`) has no bias on the
+encoder projection; ours does (`decoder_size` more parameters).
 """
 
 from __future__ import annotations
@@ -74,6 +98,16 @@ class LSTMConfig(ModelConfig):
     # a pointer-generator copy distribution over the source symbols (`transduce.models.copy`;
     # the target vocabulary then holds every training source symbol too)
     copy: bool = False
+    # how many of the lowest encoder layers are bidirectional (encoder_size per direction);
+    # the layers above are forward LSTMs of 2 * encoder_size units, so every layer outputs
+    # 2 * encoder_size (Sockeye: 1, rnn-num-hidden = 2 * encoder_size). None: all
+    encoder_bidirectional_layers: int | None = None
+    # the decoder LSTM's h_0 and c_0: zero, or tanh of a linear map (one per layer and state)
+    # of the top encoder state at the last source position (Sockeye's state init `last`)
+    decoder_init: Literal["zero", "last"] = "zero"
+    # PyTorch's default initialization, or Sockeye's: Xavier uniform weights, orthogonal
+    # recurrent matrices (gain 1.414), zero biases
+    init: Literal["default", "xavier"] = "default"
 
     def __post_init__(self) -> None:
         if isinstance(self.attention, str):
@@ -106,6 +140,12 @@ class LSTMConfig(ModelConfig):
             problems.append("match_parameters: only applies with input_feeding: true")
         if self.match_parameters and self.tie_embeddings:
             problems.append("match_parameters: cannot shrink d_s while tie_embeddings fixes it")
+        both = self.encoder_bidirectional_layers
+        if both is not None and not 0 <= both <= self.encoder_layers:
+            problems.append(
+                f"encoder_bidirectional_layers: must be in [0, encoder_layers = "
+                f"{self.encoder_layers}] (or null: all), not {both}"
+            )
         return problems
 
     @property
@@ -147,7 +187,13 @@ class LSTMModel(Seq2SeqModel):
         memory = 2 * c.encoder_size
         self.source_embedding = nn.Embedding(source_vocab, c.embedding_dim, padding_idx=PAD_ID)
         self.target_embedding = nn.Embedding(target_vocab, c.embedding_dim, padding_idx=PAD_ID)
-        self.encoder = BiLSTM(c.embedding_dim, c.encoder_size, c.encoder_layers, c.dropout)
+        self.encoder = BiLSTM(
+            c.embedding_dim,
+            c.encoder_size,
+            c.encoder_layers,
+            c.dropout,
+            bidirectional=c.encoder_bidirectional_layers,
+        )
         self.d_s = output_size(c, target_vocab)
         feed = self.d_s if c.input_feeding and c.feed_merge == "concat" else 0
         if c.input_feeding and c.feed_merge == "linear":  # §8.2: [e ⊕ c̄] -> R^{d_e}
@@ -172,6 +218,31 @@ class LSTMModel(Seq2SeqModel):
         if c.copy:  # See et al. (2017), eq. (8); the copy map: `read_vocabularies`
             self.gate = CopyGate(memory, c.decoder_size, c.embedding_dim)
             self.register_buffer("copy_map", torch.full((source_vocab,), UNK_ID), persistent=False)
+        if c.decoder_init == "last":  # Sockeye's enc2decinit_k: h_0 and c_0 of each layer
+            self.bridge = nn.ModuleList(
+                nn.Linear(memory, c.decoder_size) for _ in range(2 * c.decoder_layers)
+            )
+        if c.init == "xavier":
+            self.initialize_as_sockeye()
+
+    def initialize_as_sockeye(self) -> None:
+        """Sockeye 1.18's initialization (`sockeye/initializer.py`, `get_initializer`, with
+        the defaults of Table 6): every weight matrix, embeddings included, Glorot uniform
+        (MXNet's Xavier, magnitude 3, factor avg: a = sqrt(6 / (fan_in + fan_out))); the LSTM
+        recurrent matrices orthogonal with gain 1.414 (MXNet's `Orthogonal`, Sockeye's
+        `--rnn-h2h-init orthogonal`); biases 0. The padding rows of the embeddings stay 0
+        (they are never read as symbols)."""
+        for name, parameter in self.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf.startswith("bias"):
+                nn.init.zeros_(parameter)
+            elif leaf.startswith("weight_hh"):
+                nn.init.orthogonal_(parameter, gain=1.414)
+            elif parameter.dim() >= 2:
+                nn.init.xavier_uniform_(parameter)
+        with torch.no_grad():
+            self.source_embedding.weight[PAD_ID].zero_()
+            self.target_embedding.weight[PAD_ID].zero_()
 
     def read_vocabularies(self, source: list[str], target: list[str]) -> None:
         """With `copy`: the target id of each source id, by spelling."""
@@ -226,7 +297,12 @@ class LSTMModel(Seq2SeqModel):
             attention = torch.stack([s.attention for s in steps], dim=2)  # B x 1 x T x S
         else:  # eq. (10): the whole target in one LSTM call, all attention steps in one bmm
             embedded = self.drop(self.target_embedding(batch.target_in))  # B x T x E
-            states, _ = self.decoder(embedded)  # B x T x H
+            if self.config.decoder_init == "zero":
+                states, _ = self.decoder(embedded)  # B x T x H
+            else:
+                h, c = self._decoder_start(memory, batch.source_mask)  # B x L x H
+                h, c = h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous()  # L x B x H
+                states, _ = self.decoder(embedded, (h, c))  # B x T x H
             states = self.drop(states)
             alpha, _, log_probs = self._attend(states, memory, keys, batch.source_mask)
             if self.config.copy:  # eqs. (8)-(9) of See et al. (2017), every step at once
@@ -243,6 +319,20 @@ class LSTMModel(Seq2SeqModel):
         """The last real source position of each item, B (0-based, as a float)."""
         return mask.sum(dim=1).float() - 1
 
+    def _decoder_start(self, memory: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """The decoder's h_0 and c_0, B x L x H each: zero, or (`decoder_init: last`)
+        tanh(W_k h_|x| + b_k) of the encoder states B x S x 2H at the last real position,
+        map k = 2l for layer l's h and 2l + 1 for its c (Sockeye's `get_initial_state`)."""
+        c = self.config
+        size = memory.shape[0]
+        if c.decoder_init == "zero":
+            zeros = memory.new_zeros(size, c.decoder_layers, c.decoder_size)  # B x L x H
+            return zeros, zeros.clone()
+        rows = torch.arange(size, device=memory.device)  # B
+        last = memory[rows, (mask.sum(dim=1) - 1).clamp(min=0)]  # B x 2H
+        states = [torch.tanh(bridge(last)) for bridge in self.bridge]  # 2L x (B x H)
+        return torch.stack(states[0::2], dim=1), torch.stack(states[1::2], dim=1)  # B x L x H
+
     def _initial(self, batch: Batch, memory: Tensor, keys: Tensor) -> State:
         """The decoding state. S of eq. (9) is split as S (h ⊕ c) = S_h h + S_c c, and since
         c = sum_j alpha_j h_j, S_c c = sum_j alpha_j (S_c h_j): the encoder states are
@@ -250,16 +340,16 @@ class LSTMModel(Seq2SeqModel):
         c = self.config
         memory = wide(memory)  # steps run in float32 (see `step`)
         size = batch.source.shape[0]
-        zeros = memory.new_zeros(size, c.decoder_layers, c.decoder_size)  # B x L x H
         with torch.autocast(memory.device.type, enabled=False):
             weight = self.combine.weight[:, c.decoder_size :]  # S_c
             projected = torch.matmul(memory, weight.t())  # B x S x d_s
+            h, cell = self._decoder_start(memory, batch.source_mask)  # B x L x H
         state = {
             "projected": projected,
             "keys": wide(keys),
             "mask": batch.source_mask,
-            "h": zeros,
-            "c": zeros.clone(),
+            "h": h,
+            "c": cell,
         }
         if c.input_feeding:
             state["feed"] = memory.new_zeros(size, self.d_s)  # B x d_s: c̄_0 = 0
