@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,6 +19,7 @@ import pytest
 import torch
 import yaml
 
+import transduce
 from transduce import checkpoint
 from transduce import config as configuration
 from transduce.io import DirectoryLock
@@ -74,6 +76,24 @@ def ws(tmp_path_factory) -> Path:
     os.symlink("loop", root / "loop")
     a_file = root / "a-file"
     a_file.write_text("x\n", encoding="utf-8")
+    # an experiment directory: its state and a cell's log
+    (root / "exp" / "logs").mkdir(parents=True)
+    (root / "exp" / "cells.json").write_text('{"cells": []}\n', encoding="utf-8")
+    (root / "exp" / "logs" / "c.log").write_text("a log\n", encoding="utf-8")
+    # kept-checkpoint indexes that our trainer did not write
+    for name, entry in {
+        "no-update": {"score": 1.0, "file": "update-00000003.pt"},
+        "string-score": {"update": 3, "score": "1.0", "file": "update-00000003.pt"},
+        "string-update": {"update": "3", "score": 1.0, "file": "update-00000003.pt"},
+    }.items():
+        (root / name / "checkpoints").mkdir(parents=True)
+        index = {"run_id": None, "kept": [entry]}
+        (root / name / "checkpoints" / "index.json").write_text(json.dumps(index), "utf-8")
+    # a run whose last.pt has a damaged history
+    shutil.copytree(root / "run", root / "bad-history")
+    state = torch.load(root / "run" / "last.pt", weights_only=True)
+    state["training"]["progress"]["history"] = "not a list"
+    torch.save(state, root / "bad-history" / "last.pt")
     return root
 
 
@@ -179,6 +199,12 @@ CASES = [
     C("train-max-minutes-nan",
       lambda w: train_o(w, "--set", "train.max_minutes=.nan"),
       "train.max_minutes", "finite"),
+    C("train-seed-beyond-64-bits",
+      lambda w: train_o(w, "--set", "train.seed=18446744073709551616"),
+      "train.seed", "18446744073709551616"),
+    C("train-seed-negative",
+      lambda w: train_o(w, "--set", "train.seed=-1"),
+      "train.seed", "[0, 4294967295]"),
     C("train-batch-size-zero",
       lambda w: train_o(w, "--set", "train.batch_size=0"),
       "train.batch_size"),
@@ -215,6 +241,15 @@ CASES = [
       "cuda"),
     C("train-out-is-a-file", lambda w: ["train", "-c", w / "recipe.yaml", "-o", w / "a-file"],
       "a-file"),
+    C("train-out-is-a-users-directory",
+      lambda w: ["train", "-c", w / "recipe.yaml", "-o", w / "user-dir"],
+      "user-dir", "not a transduce run directory", "mine.txt"),
+    C("train-out-is-the-recipes-directory",
+      lambda w: ["train", "-c", w / "recipe.yaml", "-o", w],
+      "not a transduce run directory"),
+    C("train-resume-history-not-a-list",
+      lambda w: ["train", "-o", w / "bad-history", "--resume"],
+      "bad-history", "training.progress.history"),
     # ------------------------------------------------------------------------- decode
     C("decode-missing-model", lambda w: ["decode", w / "nope.pt", w / "source.txt"],
       "nope.pt", "no such checkpoint"),
@@ -247,6 +282,12 @@ CASES = [
     C("decode-report-is-a-directory",
       lambda w: ["decode", w / "run", w / "source.txt", "--report", w / "empty-dir"],
       "is a directory"),
+    C("decode-report-over-metrics-csv",
+      lambda w: ["decode", w / "run", w / "source.txt", "--report", w / "run" / "metrics.csv"],
+      "metrics.csv", "run directory"),
+    C("decode-report-over-cells-json",
+      lambda w: ["decode", w / "run", w / "source.txt", "--report", w / "exp" / "cells.json"],
+      "cells.json", "experiment directory"),
     C("decode-length-penalty-nan",
       lambda w: ["decode", w / "run", w / "source.txt", "--length-penalty", "nan"],
       "--length-penalty", "finite"),
@@ -271,6 +312,13 @@ CASES = [
     C("score-report-over-manifest",
       lambda w: ["score", w / "hyp.txt", w / "ref.txt", "--report", w / PREPARED / "manifest.json"],
       "prepared dataset"),
+    C("score-per-item-over-metrics-csv",
+      lambda w: ["score", w / "hyp.txt", w / "ref.txt", "--per-item", w / "run" / "metrics.csv"],
+      "metrics.csv", "run directory"),
+    C("score-report-over-kept-index",
+      lambda w: ["score", w / "hyp.txt", w / "ref.txt", "--report",
+                 w / "run" / "checkpoints" / "index.json"],
+      "index.json", "run directory"),
     C("score-overlong-lines", lambda w: ["score", w / "long.txt", w / "long.txt"],
       "long.txt:1", "--max-line-length"),
     C("score-unknown-metric", lambda w: ["score", w / "hyp.txt", w / "ref.txt", "-m", "f1"],
@@ -302,6 +350,10 @@ CASES = [
       lambda w: ["analyze-monotonicity", w / "run", w / PREPARED / "dev.tsv",
                  "--report", w / "run" / "train.json"],
       "run directory"),
+    C("analyze-report-over-metrics-csv",
+      lambda w: ["analyze-monotonicity", w / "run", w / PREPARED / "dev.tsv",
+                 "--report", w / "run" / "metrics.csv"],
+      "metrics.csv", "run directory"),
     C("analyze-threshold-out-of-range",
       lambda w: ["analyze-monotonicity", w / "run", w / PREPARED, "--threshold", "1.5"],
       "--threshold"),
@@ -318,12 +370,38 @@ CASES = [
       lambda w: ["analyze-monotonicity", w / "run", w / PREPARED / "dev.tsv", "--plot",
                  w / "plots", "--lines", "9999"],
       "--lines"),
+    # ------------------------------------------------------------------------ average
+    C("average-best-entry-without-update",
+      lambda w: ["average", w / "no-update", "--best", "1", "-o", w / "avg.pt"],
+      "index.json", "has no 'update'"),
+    C("average-best-string-score",
+      lambda w: ["average", w / "string-score", "--best", "1", "-o", w / "avg.pt"],
+      "index.json", "'score' '1.0'"),
+    C("average-best-string-update",
+      lambda w: ["average", w / "string-update", "--last", "1", "-o", w / "avg.pt"],
+      "index.json", "'update' '3'"),
+    C("average-out-in-a-run-directory",
+      lambda w: ["average", w / "run" / "best.pt", w / "run" / "last.pt", "-o",
+                 w / "run" / "checkpoints" / "update-00000001.pt"],
+      "run directory"),
+    # ---------------------------------------------------------------- experiment report
+    C("experiment-report-json-over-cells-json",
+      lambda w: ["experiment", "report", w / "exp", "--json", w / "exp" / "cells.json"],
+      "cells.json", "experiment directory"),
+    C("experiment-report-csv-over-metrics-csv",
+      lambda w: ["experiment", "report", w / "exp", "--csv", w / "run" / "metrics.csv"],
+      "metrics.csv", "run directory"),
+    C("experiment-report-markdown-over-a-log",
+      lambda w: ["experiment", "report", w / "exp", "--markdown", w / "exp" / "logs" / "c.log"],
+      "c.log", "experiment directory"),
 ]  # fmt: skip
 
 
 def test_the_suite_covers_every_command_with_at_least_60_cases():
     commands = {str(case.args(Path("w"))[0]) for case in CASES}
-    assert commands == {"prepare", "train", "decode", "score", "analyze-monotonicity"}
+    assert commands == {
+        "prepare", "train", "decode", "score", "analyze-monotonicity", "average", "experiment"
+    }  # fmt: skip
     assert len(CASES) >= 60
     assert len({case.id for case in CASES}) == len(CASES)
 
@@ -354,6 +432,36 @@ def test_quoted_user_text_is_not_read_as_markup_or_emoji(run, ws: Path):
 def test_a_plain_pickle_gives_no_torch_warning(run, ws: Path):
     result = run("decode", ws / "pickle.pt", ws / "source.txt")
     assert "weights_only" not in result.stderr and "Warning" not in result.stderr
+
+
+# Bad calls of the Python API: (id, the call on the workspace, the exception, its text). N14
+API_CASES = [
+    ("score-one-string", lambda w: transduce.score("abc", "abd"), TypeError,
+     "hypotheses: a list of lines, not one string"),
+    ("score-references-one-string", lambda w: transduce.score(["abc"], "abd"), TypeError,
+     "references: a list of lines"),
+    ("score-metrics-one-string", lambda w: transduce.score(["a"], ["a"], metrics="wer"),
+     TypeError, "metrics: a list of metric names"),
+    ("load-cuda-0-without-cuda", lambda w: transduce.load(w / "run", device="cuda:7"),
+     ValueError, "device: 'cuda:7', but this PyTorch sees"),
+    ("load-tpu", lambda w: transduce.load(w / "run", device="tpu"), ValueError,
+     "device: 'tpu' is not one of cpu, cuda, cuda:N or auto"),
+    ("load-device-not-a-string", lambda w: transduce.load(w / "run", device=0), TypeError,
+     "device: a string"),
+    ("transduce-input-format-json",
+     lambda w: transduce.load(w / "run").transduce(["a b"], input_format="json"), ValueError,
+     "input_format: 'raw' or 'tsv', not 'json'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "call,kind,text", [c[1:] for c in API_CASES], ids=[c[0] for c in API_CASES]
+)
+def test_bad_api_calls_raise_one_clear_sentence(ws: Path, call, kind, text):
+    with pytest.raises(kind) as caught:
+        call(ws)
+    assert type(caught.value) is kind and text in str(caught.value)
+    assert "\n" not in str(caught.value)
 
 
 def test_yaml_1e_3_is_a_number(ws: Path, tmp_path: Path):
@@ -405,6 +513,25 @@ def test_stdout_on_a_full_disk_is_one_line(ws: Path, command: str):
     with open("/dev/full", "w") as full:
         result = cli(*args, stdout=full)
     assert_one_line(result, "<stdout>", "No space left on device")
+
+
+@pytest.mark.parametrize("closed", ["stdin", "stdout"])
+def test_decode_with_a_closed_standard_stream_is_one_line(ws: Path, closed: str):
+    """N15: `decode RUN - <&-` (as under cron) or `>&-`: AttributeError tracebacks."""
+    fd = 0 if closed == "stdin" else 1
+    args = ["decode", ws / "run", "-" if closed == "stdin" else ws / "source.txt"]
+    before = snapshot(ws)
+    result = subprocess.run(
+        [sys.executable, "-m", "transduce", *map(str, args)],
+        env=transduce_env(),
+        stdin=subprocess.DEVNULL if closed == "stdout" else None,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(fd),
+        timeout=300,
+    )
+    assert_one_line(result, f"<{closed}>", "closed")
+    assert snapshot(ws) == before
 
 
 def test_a_report_on_a_full_disk_is_one_line(ws: Path):

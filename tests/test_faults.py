@@ -548,3 +548,89 @@ def test_an_error_raised_while_a_ctrl_c_was_handled_counts_as_the_ctrl_c():
             raise ValueError("unrelated") from None  # the context was dropped on purpose
     except ValueError as error:
         assert not interrupted(error)
+
+
+def _file_size_limit(limit: int):
+    """For `preexec_fn`: files this process writes stop at `limit` bytes (EFBIG, as a full
+    disk stops them with ENOSPC), the signal that would kill it ignored."""
+
+    def apply() -> None:
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ")
+def test_a_disk_that_fills_inside_torchs_zip_writer_is_one_line(reference, tmp_path: Path):
+    """N3: torch.save turns the OSError of a full disk into a RuntimeError ("[enforce fail
+    at inline_container.cc] unexpected pos"), which came out as a 73-line traceback."""
+    _, whole = reference
+    out = tmp_path / "averaged.pt"
+    command = [sys.executable, "-m", "transduce", "average", str(whole / "best.pt")]
+    command += [str(whole / "last.pt"), "--out", str(out)]
+    result = subprocess.run(
+        command,
+        env=transduce_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_file_size_limit(4096),
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert f"{out}: File too large" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no temporary left either
+
+
+def test_a_symlinked_checkpoints_folder_is_refused_when_keeping(reference, toy, tmp_path):
+    """N4: pruning deleted `update-*.pt` files it did not write, through a checkpoints/
+    linked to a folder shared by runs."""
+    _, whole = reference
+    config = write_recipe(tmp_path / "recipe.yaml", toy, keep_last=1)
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "update-00000001.pt").write_bytes(b"another run's checkpoint")
+    (run / checkpoint.KEPT).symlink_to(shared)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    result = train(config, run, "--resume", "--set", f"train.max_updates={UPDATES + 3}")
+    assert result.returncode == 2, result.stderr
+    assert "checkpoints: is a symbolic link" in result.stderr and "Traceback" not in result.stderr
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    assert sorted(p.name for p in shared.iterdir()) == ["update-00000001.pt"]
+
+
+def test_pruning_deletes_only_the_kept_checkpoints_the_index_wrote(toy, tmp_path: Path):
+    """N4: a file named like a kept checkpoint that the run did not write survives the
+    pruning; the run's own are pruned as before."""
+    config = write_recipe(tmp_path / "recipe.yaml", toy, keep_last=1, max_updates=EVERY)
+    run = tmp_path / "run"
+    assert train(config, run).returncode == 0
+    mine = run / checkpoint.KEPT / checkpoint.kept_name(1)
+    mine.write_bytes(b"the user's own")
+    resumed = train(config, run, "--resume", "--set", f"train.max_updates={3 * EVERY}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert mine.read_bytes() == b"the user's own"
+    assert sorted(p.name for p in (run / checkpoint.KEPT).iterdir()) == sorted(
+        [checkpoint.INDEX, checkpoint.kept_name(1), checkpoint.kept_name(3 * EVERY)]
+    )
+
+
+def test_a_newer_versions_progress_key_is_left_out_with_a_warning(reference, tmp_path: Path):
+    """N8: a last.pt whose progress has a key this version does not know (as a newer
+    version's would) failed with `TypeError: Progress.__init__() got an unexpected keyword`."""
+    config, whole = reference
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    state = torch.load(run / "last.pt", weights_only=True)
+    state["training"]["progress"]["from_the_future"] = 1
+    torch.save(state, run / "last.pt")
+    result = train(config, run, "--resume", "--set", f"train.max_updates={UPDATES + EVERY}")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "from_the_future" not in checkpoint.progress_of(checkpoint.load(run / "last.pt"))

@@ -23,8 +23,16 @@ from typing import Any
 
 import torch
 
-from transduce.errors import CheckpointError, TransduceError
-from transduce.io import atomic_binary, atomic_write_text, fault_point, remove, stale_temporaries
+from transduce.errors import CheckpointError, ConfigError, TransduceError
+from transduce.io import (
+    atomic_binary,
+    atomic_write_text,
+    fault_point,
+    remove,
+    sha256_file,
+    stale_temporaries,
+)
+from transduce.outputs import RUN_MARKER
 
 FORMAT = "transduce.checkpoint/1"
 BEST, LAST = "best.pt", "last.pt"
@@ -168,11 +176,25 @@ class Checkpointer:
 
     def stale_temporaries(self) -> list[Path]:
         """Temporary files that a killed write left behind (call with the run's lock)."""
-        names = (LAST, BEST, "config.yaml", "train.json", "test.predictions", "data")
+        names = (LAST, BEST, "config.yaml", "train.json", "test.predictions", "data", RUN_MARKER)
         found = stale_temporaries(self.run_dir, names)
-        if (self.run_dir / KEPT).is_dir():  # the folder is ours: any of our temporaries
-            found += stale_temporaries(self.run_dir / KEPT)
+        kept = self.run_dir / KEPT
+        if kept.is_dir() and not kept.is_symlink():  # the folder is ours: our temporaries
+            found += stale_temporaries(kept)
         return found
+
+    def check_kept_folder(self) -> None:
+        """Refuse a `checkpoints/` that is a link (to a bigger disk, or a folder shared by
+        runs) when the run keeps checkpoints: pruning deletes files there, and only files
+        of the run's own folder may be."""
+        kept = self.run_dir / KEPT
+        if (self.keep_best or self.keep_last) and kept.is_symlink():
+            raise ConfigError(
+                f"{kept}: is a symbolic link; kept checkpoints (train.keep_best, keep_last) "
+                "are written in the run directory's own folder: remove the link"
+            )
+        if self.keep_best or self.keep_last:
+            read_kept(self.run_dir)  # a damaged index is refused now, not at a validation
 
     def check(self, state: dict[str, Any]) -> list[str]:
         """Bring `best.pt` in line with `state` (last.pt's) or refuse: what was repaired.
@@ -246,12 +268,36 @@ class Checkpointer:
         assert update is not None
         progress = progress_of(payload)
         slim = {k: v for k, v in payload.items() if k not in ("training", "format", "path")}
-        save(folder / kept_name(update), {**slim, "training": {"progress": progress}})
         index = read_kept(self.run_dir)
+        save(folder / kept_name(update), {**slim, "training": {"progress": progress}})
         same_run = index.get("run_id") == progress.get("run_id")
-        entries = [e for e in index.get("kept", []) if same_run and e["update"] < update]
-        entries.append({"update": update, "score": score, "file": kept_name(update)})
+        old = index.get("kept", [])
+        entries = [e for e in old if same_run and e["update"] < update]
+        entries.append(
+            {
+                "update": update,
+                "score": score,
+                "file": kept_name(update),
+                "sha256": sha256_file(folder / kept_name(update)),
+            }
+        )
         self._index(entries, progress.get("run_id"))
+        self._remove_ours([e for e in old if e not in entries], entries)
+
+    def _remove_ours(self, dropped: list[dict[str, Any]], kept: list[dict[str, Any]]) -> None:
+        """Delete the files of `dropped` index entries: only those our index names, still
+        with the content it recorded (an entry of an index before the hashes: by name)."""
+        keep = {e["file"] for e in kept}
+        for entry in dropped:
+            name = entry.get("file")
+            if not isinstance(name, str) or name in keep or name != Path(name).name:
+                continue
+            path = self.run_dir / KEPT / name
+            if not path.is_file() or path.is_symlink():
+                continue
+            if "sha256" in entry and sha256_file(path) != entry["sha256"]:
+                continue  # not the file we wrote
+            remove(path)
 
     def _prune(self) -> None:
         """Keep the `keep_best` best and `keep_last` last in the index, and only their
@@ -262,10 +308,7 @@ class Checkpointer:
         kept += chosen(entries, "last", self.keep_last, self.lower_is_better)
         unique = list({e["update"]: e for e in kept}.values())
         self._index(unique, index.get("run_id"))
-        names = {e["file"] for e in unique}
-        for path in (self.run_dir / KEPT).glob("update-*.pt"):
-            if path.name not in names:
-                remove(path)
+        self._remove_ours([e for e in entries if e not in unique], unique)
 
     def load_best(self, update: int | None = None) -> dict[str, Any]:
         """best.pt, which must hold `update` when one is given."""
@@ -293,11 +336,42 @@ def read_kept(run_dir: Path) -> dict[str, Any]:
         return {}
     try:
         index = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(index, dict) or not isinstance(index["kept"], list):
-            raise TypeError("not an index of kept checkpoints")
-        return index
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError) as error:
         raise CheckpointError(f"{path}: unreadable ({error})") from None
+    if not isinstance(index, dict) or not isinstance(index.get("kept"), list):
+        raise CheckpointError(f"{path}: not an index of kept checkpoints (no 'kept' list)")
+    for key in ("keep_best", "keep_last"):
+        value = index.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CheckpointError(f"{path}: its {key!r} is {value!r}, not a whole number")
+    if index.get("select", "lower") not in ("lower", "higher"):
+        raise CheckpointError(f"{path}: its 'select' is {index['select']!r}, not lower or higher")
+    for number, entry in enumerate(index["kept"], 1):
+        problem = _entry_problem(entry)
+        if problem:
+            raise CheckpointError(
+                f"{path}: kept entry {number} {problem}; it is not the index this run wrote"
+            )
+    return index
+
+
+def _entry_problem(entry: Any) -> str | None:
+    """What is wrong with an entry of `index.json` (None: nothing)."""
+    if not isinstance(entry, dict):
+        return "is not an object"
+    kinds = {"update": (int,), "score": (int, float), "file": (str,)}
+    for key, kind in kinds.items():
+        value = entry.get(key)
+        if key not in entry:
+            return f"has no {key!r}"
+        if isinstance(value, bool) or not isinstance(value, kind):
+            what = "number" if key == "score" else kind[0].__name__
+            return f"has {key!r} {value!r}, not a {what}"
+    if entry["file"] != Path(entry["file"]).name or not entry["file"].endswith(".pt"):
+        return f"has 'file' {entry['file']!r}, not the name of a checkpoint in its folder"
+    if "sha256" in entry and not isinstance(entry["sha256"], str):
+        return f"has 'sha256' {entry['sha256']!r}, not a str"
+    return None
 
 
 def read_index(run_dir: Path) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from transduce.errors import DataError, TransduceError
+from transduce.errors import DataError, TransduceError, chained_os_error
 
 STDIN = "-"
 
@@ -333,6 +333,11 @@ def _atomic_binary(path: Path) -> Iterator[BinaryIO]:
                 os.fsync(handle.fileno())
         except OSError as error:
             raise _named(error, path) from None
+        except RuntimeError as error:  # torch's zip writer: a full disk is its cause
+            cause = chained_os_error(error)
+            if cause is None:
+                raise
+            raise _named(cause, path) from None
         fault_point(f"before-rename:{path.name}")
         os.replace(tmp, path)
         _sync_directory(path.parent)
@@ -353,6 +358,11 @@ def _named(error: OSError, path: Path) -> OSError:
 # keeps a user's own ".data.backup_1.tmp" from ever being taken for one of ours.
 _MARK = "transduce-"
 _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.transduce-[a-z0-9_]{8}\.(?:tmp|old)$")
+
+
+def is_temporary(name: str) -> bool:
+    """Whether `name` is that of a temporary file or directory of our atomic writes."""
+    return _TEMPORARY.match(name) is not None
 
 
 def _sync_directory(directory: Path) -> None:

@@ -1,6 +1,12 @@
-"""The one rule for every file a command writes on request (`--report`, `--per-item`):
-never over an input of the command, a checkpoint, a file of a run directory, or a file of
-a prepared dataset."""
+"""The one rule for every file the toolkit writes.
+
+- A run directory (`train --out`) is written only if `train` creates it, or it is empty,
+  or it is one of ours: it holds our marker (`RUN_MARKER`, written as the run starts) or,
+  from a transduce before the marker, a `last.pt`.
+- A file written on request (`--report`, `--per-item`, `--json`, `--csv`, `--markdown`)
+  is never an input of the command, a checkpoint, a file of a prepared dataset, or a file
+  of a run or experiment directory (all of them: checkpoints, logs, tables, their folders).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +16,24 @@ from pathlib import Path
 
 from transduce.data.prepared import is_prepared_file
 from transduce.errors import ConfigError
-from transduce.io import STDIN, resolved
+from transduce.io import STDIN, is_temporary, resolved
 
 # What `train` writes in a run directory (a folder with a last.pt or best.pt).
 RUN_FILES = ("last.pt", "best.pt", "config.yaml", "train.json", "test.predictions")
+RUN_MARKER = "transduce-run.json"  # in every run directory: what says it is ours to write in
+LOCK = ".lock"  # held by the process that writes a run directory
+# every name `train` writes in a run directory, files and folders
+RUN_OWNED = (
+    *RUN_FILES,
+    RUN_MARKER,
+    LOCK,
+    "metrics.csv",
+    "checkpoints",
+    "tensorboard",
+    "data",
+)
+EXPERIMENT_STATE = "cells.json"
+EXPERIMENT_OWNED = (EXPERIMENT_STATE, "runs", "logs", "ensembles", "export.json")
 
 
 def _is_checkpoint(path: Path) -> bool:
@@ -23,6 +43,59 @@ def _is_checkpoint(path: Path) -> bool:
             return any(name.endswith("data.pkl") for name in archive.namelist())
     except (OSError, zipfile.BadZipFile, ValueError):
         return False
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether `path` is a run directory (ours, or of a transduce before the marker)."""
+    try:
+        return any((path / name).is_file() for name in (RUN_MARKER, *RUN_FILES[:2]))
+    except OSError:
+        return False
+
+
+def is_experiment_dir(path: Path) -> bool:
+    """Whether `path` is an experiment directory (`experiment run` wrote its cells.json)."""
+    try:
+        return (path / EXPERIMENT_STATE).is_file()
+    except OSError:
+        return False
+
+
+def _owner(absolute: Path) -> str | None:
+    """What run or experiment directory `absolute` is a file of, said for a message."""
+    for depth, folder in enumerate(absolute.parents):
+        first = absolute.relative_to(folder).parts[0]
+        if is_run_dir(folder) and first in RUN_OWNED:
+            return "a file of a run directory"
+        if is_experiment_dir(folder) and first in EXPERIMENT_OWNED:
+            return "a file of an experiment directory"
+        if depth >= 8:  # EXP/runs/CELL/checkpoints/FILE is 4 deep: no need to go to /
+            break
+    return None
+
+
+def check_run_dir(run_dir: Path, resume: bool) -> None:
+    """Raise a `ConfigError` unless `train` may write in `run_dir`: it does not exist, is
+    empty, or is a run directory (with --resume: one with a last.pt, checked elsewhere)."""
+    if run_dir.is_symlink() and not run_dir.exists():
+        raise ConfigError(f"{run_dir}: is a broken symbolic link; choose another --out")
+    if not run_dir.exists():
+        return
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: exists and is not a directory; choose another --out")
+    if resume or is_run_dir(run_dir):
+        return
+    try:
+        others = sorted(
+            p.name for p in run_dir.iterdir() if p.name != LOCK and not is_temporary(p.name)
+        )
+    except OSError as error:
+        raise ConfigError(f"{run_dir}: cannot be read ({error.strerror})") from None
+    if others:
+        raise ConfigError(
+            f"{run_dir}: is not empty and not a transduce run directory (it holds "
+            f"{others[0]!r}); train writes only in a new or empty --out"
+        )
 
 
 def check_outputs(
@@ -46,8 +119,8 @@ def check_outputs(
             raise ConfigError(f"{path}: is a directory; give a file name")
         if is_prepared_file(path):
             raise ConfigError(f"{path}: is part of a prepared dataset; write the report elsewhere")
-        in_run = any((absolute.parent / name).is_file() for name in RUN_FILES[:2])
-        if (in_run and path.name in RUN_FILES) or (path.is_file() and _is_checkpoint(path)):
-            raise ConfigError(
-                f"{path}: is a checkpoint or a file of a run directory; write the report elsewhere"
-            )
+        if path.is_file() and _is_checkpoint(path):
+            raise ConfigError(f"{path}: is a checkpoint; write the report elsewhere")
+        owner = _owner(absolute)
+        if owner is not None:
+            raise ConfigError(f"{path}: is {owner}; write the report elsewhere")

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +45,11 @@ from transduce import defaults
 from transduce.checkpoint import LAST, Checkpointer, clean
 from transduce.data.batching import plan_batches
 from transduce.distributed import World
-from transduce.errors import CheckpointError, ConfigError, out_of_memory
-from transduce.io import DirectoryLock, atomic_write_text, fault_point, sha256_file
+from transduce.errors import CheckpointError, ConfigError, out_of_memory, shorten
+from transduce.io import DirectoryLock, atomic_write_text, fault_point, remove, sha256_file
 from transduce.metrics import get_metric
 from transduce.models import Model
+from transduce.outputs import LOCK, RUN_MARKER, check_run_dir
 from transduce.precision import choose, scaler
 from transduce.progress import Reporter
 from transduce.reporting import versions, write_json
@@ -58,7 +59,9 @@ from transduce.schedules import Schedule
 from transduce.tasks import Task, TaskData, check_task
 
 REPORT_SCHEMA = "transduce.train/1"
-LOCK = ".lock"  # held by the process that writes the run directory
+MARKER_TEXT = json.dumps(
+    {"schema": "transduce.run/1", "note": "a run directory: transduce train writes here"}
+)
 INTERRUPTED = "interrupted"  # Progress.stop of a run stopped by Ctrl-C (SIGINT)
 LOSS_READ_SECONDS = 1.0  # the progress display's loss is read from the device this often
 
@@ -120,6 +123,45 @@ class Progress:
     stop: str | None = None
     plan: str | None = None  # digest of the current epoch's batches (`plan_digest`)
     run_id: str | None = None  # random, set at a run's start: its checkpoints carry it
+
+    @classmethod
+    def restore(cls, saved: Any, path: str) -> tuple[Progress, list[str]]:
+        """The progress a checkpoint `path` saved, and warnings: a key this version does not
+        know (a newer version's) is left out; a value of the wrong kind is a
+        `CheckpointError` naming the key."""
+        if not isinstance(saved, dict):
+            raise CheckpointError(f"{path}: training.progress is not a mapping")
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(str(key) for key in saved if key not in known)
+        kinds: dict[str, tuple[type, ...]] = {
+            "int": (int,),
+            "float": (int, float),
+            "list[dict[str, Any]]": (list,),
+            "str | None": (str, type(None)),
+            "float | None": (int, float, type(None)),
+            "int | None": (int, type(None)),
+        }
+        for key, value in saved.items():
+            if key not in known:
+                continue
+            kind = kinds[str(known[key].type)]
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise CheckpointError(
+                    f"{path}: training.progress.{key} is {shorten(repr(value))}, not "
+                    f"{known[key].type}; the checkpoint is damaged"
+                )
+        if any(not isinstance(entry, dict) for entry in saved.get("history", [])):
+            raise CheckpointError(f"{path}: training.progress.history holds a non-mapping entry")
+        progress = cls(**{k: v for k, v in saved.items() if k in known})
+        warnings = (
+            [
+                f"warning: {path}: training.progress has keys this version does not know "
+                f"({', '.join(unknown)}; a newer transduce's?): left out"
+            ]
+            if unknown
+            else []
+        )
+        return progress, warnings
 
 
 def plan_digest(batches: list[list[int]]) -> str:
@@ -260,7 +302,8 @@ class Trainer:
             schedule.load_state_dict(training["schedule"])
             if training.get("scaler") and self.scaler.is_enabled():
                 self.scaler.load_state_dict(training["scaler"])
-            progress = Progress(**training["progress"])
+            progress, warnings = Progress.restore(training.get("progress"), state["path"])
+            self.notes.extend(warnings)
             progress.stop = None
             torch.set_rng_state(training["rng"]["torch"])
             if "cuda" in training["rng"] and torch.cuda.is_available():
@@ -331,20 +374,26 @@ class Trainer:
         self.world.stop()
 
     def _locked(self) -> dict[str, Any] | None:
-        if self.run_dir.exists() and not self.run_dir.is_dir():
-            raise ConfigError(
-                f"{self.run_dir}: exists and is not a directory; choose another --out"
-            )
+        check_run_dir(self.run_dir, self.resume)  # before the lock: a user's folder stays as it is
         fresh = not self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         lock = DirectoryLock(self.run_dir / LOCK, self.run_dir).acquire()
+        marker = self.run_dir / RUN_MARKER
+        marked = False
         try:
+            check_run_dir(self.run_dir, self.resume)  # again, under the lock
+            if not self.resume and not marker.exists():
+                atomic_write_text(marker, MARKER_TEXT)
+                marked = True
             return self._run()
         except BaseException:
-            if fresh and not any(p.name != LOCK for p in self.run_dir.iterdir()):
+            if not any(p.name not in (LOCK, RUN_MARKER) for p in self.run_dir.iterdir()):
+                if marked:  # a run that failed at once leaves the folder as it found it
+                    remove(marker)
                 lock.release()
-                with contextlib.suppress(OSError):  # a run that failed at once leaves no
-                    self.run_dir.rmdir()  # empty directory
+                if fresh:
+                    with contextlib.suppress(OSError):
+                        self.run_dir.rmdir()
             raise
         finally:
             lock.release()
@@ -362,6 +411,7 @@ class Trainer:
                 f"{self.run_dir}: already holds a run; --resume continues it, or choose another "
                 "--out"
             )
+        self.checkpoints.check_kept_folder()
         state = self.checkpoints.resume_state() if self.resume else None
         if state is not None:
             self._check_same_model(state)
@@ -379,6 +429,8 @@ class Trainer:
         repairs += self.checkpoints.check(state) if state is not None else []
         for message in [f"run directory: {self.run_dir}", *self.notes, *repairs]:
             self.reporter.message(message)
+        if not (self.run_dir / RUN_MARKER).exists():  # a run of a transduce before the marker
+            atomic_write_text(self.run_dir / RUN_MARKER, MARKER_TEXT)
         atomic_write_text(self.run_dir / "config.yaml", _yaml(configuration.resolved(self.config)))
         self.log = MetricsLog(self.run_dir, t.log, progress.history)
         self.world.barrier()  # the others may read the run directory now

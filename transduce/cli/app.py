@@ -8,6 +8,7 @@ real bugs only.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import sys
 from typing import Annotated, Any
@@ -21,6 +22,7 @@ from transduce.errors import (
     EXIT_INTERRUPTED,
     EXIT_USER_ERROR,
     TransduceError,
+    chained_os_error,
     interrupted,
     out_of_memory,
 )
@@ -53,6 +55,7 @@ class _Group(TyperGroup):
             raise _usage_error(error) from None
 
     def invoke(self, ctx: Any) -> Any:
+        _stand_in_for_closed_streams()
         try:
             return self._invoke(ctx)
         except (KeyboardInterrupt, Exception) as error:
@@ -85,14 +88,43 @@ class _Group(TyperGroup):
             trouble = out_of_memory(
                 error, "", "use smaller batches, shorter sequences or a smaller model"
             )
-            if trouble is None:
+            cause = chained_os_error(error) if trouble is None else None
+            if trouble is None and cause is None:
                 raise  # a bug: keep the traceback
             _settle_stdout()
-            ui.error(str(trouble))
+            ui.error(str(trouble) if trouble is not None else _os_message(cause))  # type: ignore[arg-type]
         raise typer.Exit(EXIT_USER_ERROR)
 
 
 STDOUT = "<stdout>"
+
+
+class _Closed(io.TextIOBase):
+    """A standard stream the caller closed (`<&-`, `>&-`, as cron may): Python has None
+    there; any use of this stand-in is an `OSError` naming the stream, so one line."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.stream_name = name
+
+    def _fail(self, *args: Any) -> Any:
+        raise OSError(errno.EBADF, "closed by the caller (<&- or >&-)", self.stream_name)
+
+    read = readline = write = fileno = _fail  # type: ignore[assignment]
+
+    @property
+    def buffer(self) -> Any:
+        return self._fail()
+
+    def flush(self) -> None:  # nothing was written: nothing to fail at exit
+        pass
+
+
+def _stand_in_for_closed_streams() -> None:
+    if sys.stdin is None:
+        sys.stdin = _Closed("<stdin>")
+    if sys.stdout is None:
+        sys.stdout = _Closed(STDOUT)
 
 
 def _flush_stdout() -> None:

@@ -15,6 +15,7 @@ from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices, complete_recipe, complete_setting
 from transduce.errors import EXIT_INTERRUPTED, ConfigError, interrupted
+from transduce.outputs import check_run_dir
 from transduce.progress import ConsoleReporter
 
 Device = choices("Device", ("cpu", "cuda", "auto"))
@@ -103,6 +104,8 @@ def train_command(
             raise ConfigError(
                 f"{run_dir}: already holds a run; --resume continues it, or choose another --out"
             )
+        if os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 has made it, maybe
+            check_run_dir(run_dir, resume)  # a user's own folder is never written in
         if config is None:
             raise ConfigError("give --config RECIPE")
         source = config
