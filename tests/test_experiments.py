@@ -18,6 +18,7 @@ import yaml
 from transduce.experiments import report, runner, spec
 
 from .conftest import transduce_env
+from .test_cli import one_line_error
 from .toy import TINY_LSTM, TINY_TRANSFORMER, recipe, write_task
 
 
@@ -1093,3 +1094,131 @@ def test_the_dev_table_reads_each_runs_best_validation(tmp_path):
     assert "(dev: each run's best validation)" in report.markdown(dev)
     test = next(r for r in report.table(experiment, tmp_path)["rows"] if r["dataset"] == "x")
     assert test["values"] == [1.0, 1.0] and test["published"] == 99.0
+
+
+# Files an experiment reads back, damaged by hand (valid JSON of the wrong shape, bytes
+# that are not UTF-8): (id, what to do to a directory of two finished cells, the exit code
+# of `experiment report`, what its output says or its one error line holds).
+def _write(path: Path, text: str | bytes) -> None:
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+
+
+DAMAGED = [
+    ("train-json-null", lambda d: _write(d / "runs/a.seed2/train.json", "null"), 0,
+     "not finished: a.seed2"),
+    ("train-json-a-list", lambda d: _write(d / "runs/a.seed2/train.json", "[1]"), 0,
+     "not finished: a.seed2"),
+    ("train-json-test-a-string",
+     lambda d: _write(d / "runs/a.seed2/train.json", json.dumps(
+         {"stop": "reached max_updates (1)", "test": "acc", "config": {"train": {}}})), 0,
+     "not finished: a.seed2"),
+    ("train-json-test-score-a-string",
+     lambda d: _write(d / "runs/a.seed2/train.json", json.dumps(
+         {"stop": "reached max_updates (1)", "test": {"acc": "1"}, "config": {}})), 0,
+     "not finished: a.seed2"),
+    ("cells-json-metrics-a-number",
+     lambda d: _write(d / "cells.json", json.dumps(
+         {**json.loads((d / "cells.json").read_text()), "metrics": 3})), 2,
+     "cells.json: not an experiment's cells.json: its 'metrics' is 3"),
+    ("cells-json-cells-null",
+     lambda d: _write(d / "cells.json", json.dumps(
+         {**json.loads((d / "cells.json").read_text()), "cells": None})), 2,
+     "cells.json: not an experiment's cells.json: its 'cells' is None"),
+    ("cells-json-null", lambda d: _write(d / "cells.json", "null"), 2,
+     "cells.json: not an experiment's cells.json: it is NoneType"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("damage,code,said", [c[1:] for c in DAMAGED], ids=[c[0] for c in DAMAGED])
+def test_damaged_files_read_back_are_one_line_or_a_missing_cell(tmp_path, run, damage, code, said):
+    """N7: valid JSON of the wrong shape in one cell gave tracebacks for the whole grid."""
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml",
+        [spec.Cell("a", None, s, "", ()) for s in (1, 2)],
+        ["a"],
+        [None],
+        [1, 2],
+        ["acc"],
+    )
+    for cell in ("a.seed1", "a.seed2"):
+        fake_run(tmp_path, cell, {"acc": 90.0})
+    runner.write_state(tmp_path, runner.state(experiment, tmp_path, []))
+    damage(tmp_path)
+    if code == 0:
+        assert not runner.finished(tmp_path / "runs" / "a.seed2")  # run again: resumed
+    result = run("experiment", "report", tmp_path)
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    if code == 2:
+        one_line_error(result, said)
+    else:
+        assert said in result.stderr and "n=1" in result.stderr, result.stderr
+
+
+def test_a_metrics_csv_that_is_not_utf8_is_left_for_train_json(tmp_path):
+    """N7: `experiment report --plot` with a metrics.csv that is not UTF-8: a traceback
+    after the table; now the run's train.json history stands in for it."""
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml", [spec.Cell("a", None, 1, "", ())], ["a"], [None], [1], ["acc"]
+    )
+    history = [{"update": 10, "dev_loss": 2.0, "dev_scores": {"acc": 40.0}}]
+    (tmp_path / "runs" / "a.seed1").mkdir(parents=True)
+    (tmp_path / "runs" / "a.seed1" / "train.json").write_text(json.dumps({"history": history}))
+    (tmp_path / "runs" / "a.seed1" / "metrics.csv").write_bytes(b"update,dev_acc\n10,\xff\xfe\n")
+    assert report.histories(experiment, tmp_path)["a.seed1"][0]["update"] == 10
+
+
+def _laughs(levels: int) -> str:
+    """YAML of nested 10-fold aliases: a few hundred bytes that stand for 10**levels."""
+    lines = ["  a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels + 1):
+        lines.append(f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    return "published:\n" + "\n".join(lines) + f"\nset:\n  train.seed: *a{levels}\n"
+
+
+# (id, the bytes of an experiment file, what its one error line holds): N5 and N6
+RAW_FILES = [
+    ("not-utf8", b"# caf\xe9\nsystems: {a: {recipe: lstm.yaml}}\n", "not UTF-8 text"),
+    ("recursive-alias-in-set", b"systems: {a: {recipe: lstm.yaml, set: &s {x: [*s]}}}\n",
+     "systems.a.set.x.0: a YAML alias refers to a value that holds it"),
+    ("nested-aliases", (_laughs(9) + "systems: {a: {recipe: lstm.yaml}}\n").encode(),
+     "YAML aliases expand to more than"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text,message", [c[1:] for c in RAW_FILES], ids=[c[0] for c in RAW_FILES])
+def test_experiment_files_get_the_recipes_limits(grid, tmp_path, run, text, message):
+    bad = grid.parent / f"raw-{tmp_path.name}.yaml"
+    bad.write_bytes(text)
+    started = time.monotonic()
+    result = run("experiment", "run", bad, "--out", tmp_path / "exp")
+    assert time.monotonic() - started < 30
+    one_line_error(result, f"{bad}: ", message)
+    assert not (tmp_path / "exp").exists()
+
+
+MACHINE = [
+    ("fp16-on-the-cpu", {"train.device": "cpu", "train.precision": "fp16"},
+     "train.precision: fp16 needs a CUDA device"),
+    ("cuda-without-cuda", {"train.device": "cuda"}, "train.device: cuda requested"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("settings,message", [c[1:] for c in MACHINE], ids=[c[0] for c in MACHINE])
+def test_the_machine_is_checked_once_before_any_cell_starts(grid, tmp_path, run, settings, message):
+    """N12: a grid with train.device: cuda on a CPU machine started every cell, each of
+    which then failed."""
+    import torch
+
+    if "train.precision" not in settings and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    data = yaml.safe_load(grid.read_text())
+    data["set"] = settings
+    bad = grid.parent / f"machine-{tmp_path.name}.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    result = run("experiment", "run", bad, "--out", tmp_path / "exp")
+    one_line_error(result, f"{bad}: systems.lstm", message)
+    assert not (tmp_path / "exp").exists()

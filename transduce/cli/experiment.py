@@ -130,6 +130,8 @@ def run_command(
                     f"(its cells are like {loaded.cells[0].id})"
                 )
         chosen_cells = [c for c in loaded.cells if any(fnmatch.fnmatchcase(c.id, p) for p in cells)]
+    if not ray:  # Ray's cells run on its workers, which may have other devices
+        spec.check_machine(loaded)
     directory = out or Path("experiments") / loaded.path.stem
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory}: exists and is not a directory; choose another --out")

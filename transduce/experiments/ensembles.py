@@ -43,6 +43,7 @@ from transduce.experiments.runner import (
     Executor,
     finished,
     last_line,
+    report_problem,
 )
 from transduce.experiments.spec import Cell, Experiment
 
@@ -148,6 +149,9 @@ def _train_report(directory: Path, cell: str) -> dict[str, Any]:
         data = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError) as error:
         raise TransduceError(f"{path}: cannot read the run's report ({error})") from None
+    problem = report_problem(data)
+    if problem:
+        raise TransduceError(f"{path}: {problem}")
     return data
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from transduce.errors import ConfigError
 from transduce.experiments import ensembles, report
-from transduce.experiments.runner import RUNS, STATE, finished, read_state
+from transduce.experiments.runner import RUNS, STATE, finished, read_state, run_report
 
 MANIFEST = "export.json"
 SCHEMA = "transduce.experiment-export/1"
@@ -37,7 +37,7 @@ def files(directory: Path) -> dict[str, Path]:
             if (run_dir / name).is_file():
                 out[f"{RUNS}/{cell.id}/{name}"] = run_dir / name
         if experiment.score:
-            data = json.loads((run_dir / "train.json").read_text(encoding="utf-8"))
+            data = run_report(run_dir) or {}
             test = _test_split(run_dir, data)
             if test is not None:
                 out[f"{RUNS}/{cell.id}/data/test.tsv"] = test

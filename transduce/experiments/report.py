@@ -36,7 +36,7 @@ from typing import Any
 from transduce import defaults, runlog
 from transduce.errors import TransduceError
 from transduce.experiments import ensembles
-from transduce.experiments.runner import RUNS, finished
+from transduce.experiments.runner import RUNS, finished, run_report
 from transduce.experiments.spec import AVERAGE, MONOTONICITY, Experiment
 
 
@@ -80,8 +80,8 @@ def scores(
     found, missing = {}, []
     for cell in experiment.cells:
         run_dir = directory / RUNS / cell.id
-        if finished(run_dir):
-            report = json.loads((run_dir / "train.json").read_text(encoding="utf-8"))
+        report = run_report(run_dir) if finished(run_dir) else None
+        if report is not None:
             if stops is not None:
                 stops[cell.id] = str(report.get("stop"))
             if seconds is not None and isinstance(report.get("training_seconds"), int | float):
@@ -218,10 +218,7 @@ def ensemble_scores(
             candidates = []
             for member in group.members:
                 run_dir = directory / RUNS / member
-                try:
-                    report = json.loads((run_dir / "train.json").read_text(encoding="utf-8"))
-                except (OSError, ValueError):
-                    report = {}
+                report = run_report(run_dir) or {}
                 candidates += test_candidates(run_dir, report)
             try:
                 found[group.id].update(
@@ -347,12 +344,10 @@ def ranking(experiment: Experiment, directory: Path) -> dict[str, Any]:
             per_dataset: dict[str | None, list[float]] = {}
             for cell in experiment.cells:
                 run_dir = directory / RUNS / cell.id
-                if cell.system != trial or not finished(run_dir):
+                report = run_report(run_dir) if finished(run_dir) else None
+                if cell.system != trial or report is None:
                     continue
-                best = (
-                    json.loads((run_dir / "train.json").read_text(encoding="utf-8")).get("best")
-                    or {}
-                )
+                best = report.get("best") or {}
                 if isinstance(best.get("score"), int | float) and best.get("metric") in METRICS:
                     metric = metric or best["metric"]
                     per_dataset.setdefault(cell.dataset, []).append(float(best["score"]))
@@ -620,13 +615,24 @@ def histories(experiment: Experiment, directory: Path) -> dict[str, list[dict[st
     for cell in experiment.cells:
         run_dir = directory / RUNS / cell.id
         log, report = run_dir / runlog.CSV, run_dir / "train.json"
-        if log.is_file():
-            with log.open(encoding="utf-8", newline="") as handle:
-                out[cell.id] = [_numbers(row) for row in csv.DictReader(handle)]
+        rows = _log_rows(log) if log.is_file() else None
+        if rows is not None:
+            out[cell.id] = rows
         elif report.is_file():
-            history = json.loads(report.read_text(encoding="utf-8")).get("history") or []
+            history = (run_report(run_dir) or {}).get("history") or []
             out[cell.id] = [runlog.row(entry) for entry in history]
     return out
+
+
+def _log_rows(log: Path) -> list[dict[str, Any]] | None:
+    """The rows of a metrics.csv; None if it cannot be read as one (not UTF-8, not CSV):
+    train.json's history stands in for it."""
+    try:
+        with log.open(encoding="utf-8", newline="") as handle:
+            rows = [_numbers(row) for row in csv.DictReader(handle)]
+    except (OSError, ValueError, csv.Error):
+        return None
+    return rows
 
 
 def _numbers(row: dict[str, str]) -> dict[str, Any]:

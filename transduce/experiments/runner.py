@@ -40,12 +40,52 @@ STOPPING = b"\nCtrl-C: the running cells stop after their update; no new cell st
 DONE, FAILED, INTERRUPTED, PENDING, RUNNING = "done", "failed", "interrupted", "pending", "running"
 
 
-def finished(run_dir: Path) -> bool:
-    """Whether the run in `run_dir` has finished (its train.json says it stopped at a
-    limit, with the test scores when it was to test)."""
+# the shape of what an experiment reads in a train.json: key -> the kinds it may be
+REPORT_SHAPE: dict[str, tuple[type, ...]] = {
+    "stop": (str, type(None)),
+    "test": (dict, type(None)),
+    "best": (dict, type(None)),
+    "history": (list,),
+    "config": (dict,),
+    "data": (dict, type(None)),
+    "test_monotonicity": (dict, type(None)),
+    "training_seconds": (int, float, type(None)),
+}
+
+
+def report_problem(report: Any) -> str | None:
+    """What in a train.json's contents is not of the shape `train` writes (None: nothing):
+    a key and its value, said for a message."""
+    if not isinstance(report, dict):
+        return f"is {type(report).__name__}, not a run's report (a JSON object)"
+    for key, kinds in REPORT_SHAPE.items():
+        value = report.get(key)
+        if key in report and (isinstance(value, bool) or not isinstance(value, kinds)):
+            return f"its {key!r} is {value!r:.60}, not what train writes"
+    for key, value in (report.get("test") or {}).items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"its test score {key!r} is {value!r:.60}, not a number"
+    if any(not isinstance(entry, dict) for entry in report.get("history") or []):
+        return "its 'history' holds an entry that is not a JSON object"
+    return None
+
+
+def run_report(run_dir: Path) -> dict[str, Any] | None:
+    """The train.json of the run in `run_dir`, if it is one of the shape `train` writes;
+    None if there is none, or it is unreadable or damaged (the run counts as not finished,
+    so `experiment run` resumes it, which writes it again)."""
     try:
         report = json.loads((run_dir / "train.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        return None
+    return None if report_problem(report) else report
+
+
+def finished(run_dir: Path) -> bool:
+    """Whether the run in `run_dir` has finished (its train.json says it stopped at a
+    limit, with the test scores when it was to test)."""
+    report = run_report(run_dir)
+    if report is None:
         return False
     testing = ((report.get("config") or {}).get("train") or {}).get("test", True)
     no_test = (report.get("data") or {}).get("test_sources") is None  # nothing to test
@@ -227,11 +267,49 @@ def write_state(directory: Path, data: dict[str, Any]) -> None:
     atomic_write_text(directory / STATE, json.dumps(data, indent=1) + "\n")
 
 
+# the shape of cells.json: key -> the kinds it may be
+STATE_SHAPE: dict[str, tuple[type, ...]] = {
+    "experiment": (str,),
+    "cells": (list,),
+    "systems": (list,),
+    "datasets": (list,),
+    "seeds": (list,),
+    "metrics": (list, type(None)),
+    "published": (dict, type(None)),
+    "score": (dict, type(None)),
+    "references": (dict, type(None)),
+    "search": (dict, type(None)),
+    "ensemble": (dict, type(None)),
+}
+
+
+def state_problem(data: Any) -> str | None:
+    """What in a cells.json is not of the shape `experiment run` writes (None: nothing)."""
+    if not isinstance(data, dict):
+        return f"it is {type(data).__name__}, not a JSON object"
+    for key, kinds in STATE_SHAPE.items():
+        if key not in data:
+            if type(None) in kinds:
+                continue
+            return f"no {key!r}"
+        if isinstance(data[key], bool) or not isinstance(data[key], kinds):
+            return f"its {key!r} is {data[key]!r:.60}, not what experiment run writes"
+    for number, cell in enumerate(data["cells"], 1):
+        if not isinstance(cell, dict) or not all(k in cell for k in ("system", "dataset", "seed")):
+            return f"its cell {number} is not an object with system, dataset and seed"
+    if any(not isinstance(name, str) for name in data.get("metrics") or []):
+        return "its 'metrics' holds a value that is not a metric's name"
+    return None
+
+
 def read_state(directory: Path) -> Experiment:
     """The experiment an experiment directory holds (its cells.json), for reports."""
     path = Path(directory) / STATE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        problem = state_problem(data)
+        if problem:
+            raise ConfigError(f"{path}: not an experiment's cells.json: {problem}")
         cells = [Cell(c["system"], c["dataset"], int(c["seed"]), "", ()) for c in data["cells"]]
         return Experiment(
             Path(data["experiment"]),

@@ -142,6 +142,9 @@ class Experiment:
     references: dict[str, Any] = field(default_factory=dict)
     # a system's random search: NAME: {"seed": S, "trials": {NAME-tK: {KEY: value}}}
     search: dict[str, Any] = field(default_factory=dict)
+    # what the machine must offer, (train.device, train.precision, train.log): the first
+    # system and dataset that asks for it (`check_machine`)
+    machine: dict[tuple[str, str, tuple[str, ...]], str] = field(default_factory=dict)
 
     def published_value(self, system: str, dataset: str | None, metric: str) -> float | None:
         """The paper's number for a system (on a dataset, or `average`), if given."""
@@ -169,6 +172,34 @@ class Experiment:
 
 def _problem(path: Path, key: str, message: str) -> ConfigError:
     return ConfigError(f"{path}: {key}: {message}")
+
+
+MAX_VALUES = 200_000  # values in an experiment file, its YAML aliases expanded
+
+
+def _check_expansion(path: Path, data: Any) -> None:
+    """Refuse an experiment file whose YAML aliases refer to themselves, or expand to more
+    than `MAX_VALUES` values (nested aliases multiply: a 1 KB file can stand for
+    gigabytes), before anything walks or copies it."""
+    count = 0
+    stack: list[tuple[Any, str, frozenset[int]]] = [(data, "", frozenset())]
+    while stack:
+        value, key, above = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise _problem(
+                path,
+                key or "(top)",
+                f"the file's YAML aliases expand to more than {MAX_VALUES:,} values",
+            )
+        if not isinstance(value, dict | list):
+            continue
+        if id(value) in above:
+            raise _problem(path, key, "a YAML alias refers to a value that holds it (a cycle)")
+        inner = above | {id(value)}
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for name, item in items:
+            stack.append((item, f"{key}.{name}" if key else str(name), inner))
 
 
 def _overrides(path: Path, key: str, value: Any) -> list[str]:
@@ -325,6 +356,11 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
         data = recipe_loader.load_yaml_text(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise ConfigError(f"{path}: cannot read the experiment file ({error.strerror})") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {error.object[error.start : error.start + 1]!r} "
+            f"at offset {error.start})"
+        ) from None
     except yaml.YAMLError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else "not YAML"
         mark = getattr(error, "problem_mark", None)
@@ -334,7 +370,8 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
             hint = '; quote a value with a {field} inside [...] or {...}: ["$DATA/{lang}-dev"]'
         raise ConfigError(f"{path}{where}: not a YAML experiment file ({first}){hint}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping with systems:, got {data!r}")
+        raise ConfigError(f"{path}: expected a mapping with systems:, got {data!r:.80}")
+    _check_expansion(path, data)
     for key in data:
         if key not in KEYS:
             raise _problem(path, str(key), f"unknown key (valid: {', '.join(sorted(KEYS))})")
@@ -370,6 +407,7 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
     _check_published(path, published, named)
     references = _check_references(path, data.get("references"), named, matched | set(named), names)
     cells = []
+    machine: dict[tuple[str, str, tuple[str, ...]], str] = {}
     for name, where, recipe, own in entries:
         for dataset, data_overrides in datasets.items():
             overrides = [*common, *own, *data_overrides]
@@ -380,6 +418,9 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
                 raise ConfigError(f"{path}: {cell}: {error}") from None
             if ensemble is not None and name in ensemble.systems:
                 _check_ensemble_model(path, name, loaded)
+            t = loaded.train
+            wanted = (t.device, t.precision, tuple(t.log))
+            machine.setdefault(wanted, where + (f", dataset {dataset}" if dataset else ""))
             for seed in seeds:
                 cells.append(Cell(name, dataset, seed, recipe, (*overrides, f"train.seed={seed}")))
     return Experiment(
@@ -395,7 +436,29 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
         ensemble,
         references,
         search,
+        machine,
     )
+
+
+def check_machine(experiment: Experiment) -> None:
+    """What `train` checks of this machine before it starts (train.device, precision and
+    log), once per setting here rather than once per cell after they started.
+
+    Raises:
+        ConfigError: the first cell's setting this machine cannot run, named.
+    """
+    from transduce.precision import choose
+    from transduce.runlog import check as check_logs
+    from transduce.training import device
+
+    for (wanted, precision, log), where in experiment.machine.items():
+        try:
+            check_logs(list(log))
+            where_to = device(wanted)
+            if precision != "auto":  # auto runs on any device
+                choose(precision, where_to)
+        except TransduceError as error:
+            raise ConfigError(f"{experiment.path}: {where}: {error}") from None
 
 
 def _systems(
