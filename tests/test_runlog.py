@@ -62,6 +62,15 @@ def test_a_resumed_run_rewrites_the_log_from_last_pt(copy, tmp_path):
     assert float(rows(run)[2]["train_loss"]) != 9
 
 
+def test_a_run_resumed_without_the_csv_log_keeps_its_metrics_csv(copy, tmp_path):
+    """N13: resuming with `train.log: []` deleted the run's metrics.csv."""
+    run = tmp_path / "run"
+    train(run, recipe(copy, TINY_LSTM, max_updates=4, validate_every=2))
+    before = (run / CSV).read_bytes()
+    train(run, recipe(copy, TINY_LSTM, max_updates=6, validate_every=2, log=[]), resume=True)
+    assert (run / CSV).read_bytes() == before
+
+
 def test_tensorboard_event_files(copy, tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

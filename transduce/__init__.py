@@ -28,8 +28,11 @@ def load(
     """The trained model of a run directory (its best.pt) or of a checkpoint file, ready
     to transduce; a list of them decodes as an ensemble (`transduce.ensemble`). torch is
     imported here, not by `import transduce`."""
-    from transduce.inference import Transducer
+    from transduce.inference import Transducer, check_device
 
+    if not isinstance(bf16, bool | None):
+        raise TypeError(f"bf16: True, False or None, not {bf16!r}")
+    check_device(device)
     if isinstance(path, (str, PathLike)):
         return Transducer.from_checkpoint(path, device, bf16)
     return Transducer.ensemble(list(path), device, bf16, ensemble_mean)

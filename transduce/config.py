@@ -264,6 +264,9 @@ class TrainConfig:
             "threads", "dev_batch_size", "dev_subset", "accumulate",
         )  # fmt: skip
         problems += _at_least(self, 0, "keep_best", "keep_last")
+        if isinstance(self.seed, int) and not 0 <= self.seed <= MAX_SEED:
+            # torch.manual_seed takes 64 bits, and the seed of an update is derived from it
+            problems.append(f"seed: must be in [0, {MAX_SEED}], not {self.seed}")
         problems += [
             f"{n}: must be positive"
             for n in ("max_minutes", "clip_norm")
@@ -289,6 +292,9 @@ class TrainConfig:
                 f"exceed optimizer.lr ({self.schedule.min_lr} > {self.optimizer.lr})"
             )
         return problems
+
+
+MAX_SEED = 2**32 - 1  # train.seed: the largest (as numpy's); derived seeds stay in 64 bits
 
 
 @dataclass

@@ -42,6 +42,27 @@ RAW_SAMPLE = 10  # lines that decide whether raw input is really a prepared spli
 _SPACED = re.compile(r"^\S( \S)+$")  # "c a t": single characters, each after one space
 
 
+DEVICE = re.compile(r"^(cpu|auto|cuda(:[0-9]+)?)$")
+
+
+def check_device(device: object) -> None:
+    """Refuse a device the toolkit does not decode on, in one sentence: `TypeError` for
+    what is not a string, `ValueError` for any other than cpu, auto, cuda and cuda:N (N a
+    CUDA device this PyTorch sees)."""
+    if not isinstance(device, str):
+        raise TypeError(f"device: a string (cpu, cuda, cuda:N or auto), not {device!r}")
+    if not DEVICE.match(device):
+        raise ValueError(f"device: {device!r} is not one of cpu, cuda, cuda:N or auto")
+    if device.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        number = int(device.partition(":")[2] or 0)
+        if number >= count:
+            raise ValueError(
+                f"device: {device!r}, but this PyTorch sees "
+                f"{'no CUDA device' if not count else f'{count} CUDA devices'}; use 'cpu'"
+            )
+
+
 class Transducer:
     """A model with its task, vocabularies and data specs (`from_checkpoint` makes one).
 
@@ -80,6 +101,7 @@ class Transducer:
             payload = checkpoint.load(payload)
         if device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("--device cuda: this PyTorch sees no CUDA device; use --device cpu")
+        check_device(device)
         resolved = torch.device(
             "cuda"
             if device == "auto" and torch.cuda.is_available()
@@ -259,6 +281,8 @@ class Transducer:
             raise TypeError("give the search options as `options` or as keywords, not both")
         if isinstance(lines, str):
             raise TypeError("lines: a list of strings, not one string")
+        if input_format not in ("raw", "tsv"):
+            raise ValueError(f"input_format: 'raw' or 'tsv', not {input_format!r}")
         lines = list(lines)  # an iterator (an open file) is read once, here
         self.task.check_decode(options)
         if input_format == "raw":

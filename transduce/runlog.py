@@ -71,10 +71,8 @@ class MetricsLog:
         self.rows = [row(entry) for entry in history]
         self.columns = list(self.rows[0]) if self.rows else []
         self._writer: Any = None
-        if "csv" in self.kinds:
+        if "csv" in self.kinds:  # a session without it leaves an earlier one's as it was
             self._rewrite()
-        elif (self.run_dir / CSV).exists():  # a log of an earlier session: no longer kept
-            (self.run_dir / CSV).unlink()
         if "tensorboard" in self.kinds:
             from torch.utils.tensorboard import SummaryWriter
 

@@ -446,6 +446,11 @@ def score_lines(
         options: Each metric's options by name, e.g. {"per": {"average": "word"}}.
         bootstrap: Resamples for a 95% confidence interval (0: none; at least 100).
     """
+    for name, value in (("hypotheses", hypotheses), ("references", references)):
+        if isinstance(value, str | bytes):
+            raise TypeError(f"{name}: a list of lines, not one string ([{value!r:.40}])")
+    if isinstance(metrics, str):
+        raise TypeError(f"metrics: a list of metric names, not one string ([{metrics!r}])")
     request = ScoreRequest(
         "", [], list(metrics), unit, metric_options=options or {}, bootstrap=bootstrap, seed=seed
     )
