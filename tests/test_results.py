@@ -60,16 +60,25 @@ def run_config(predictions: Path) -> dict:
     return json.loads(first.read_text(encoding="utf-8"))["config"]
 
 
-@pytest.mark.parametrize("experiment", SIGMORPHON2017)
-def test_sigmorphon2017_results_score_as_evalm(experiment: str):
+def scored(experiment: str) -> list[tuple[str, list[list[str]], list[str], dict]]:
+    """(name, the raw test file's rows, the output lines, recorded scores) of each output
+    of `outputs`, checked to have a line per test line."""
     data = shared_data()
     if data is None:
         pytest.skip("no shared data")
+    found = []
     for name, predictions, recorded in outputs(experiment):
-        gold_path = raw_test_file(run_config(predictions), data)
-        rows = [line.split("\t") for line in gold_path.read_text(encoding="utf-8").splitlines()]
+        gold = raw_test_file(run_config(predictions), data).read_text(encoding="utf-8")
+        rows = [line.split("\t") for line in gold.splitlines()]
         guesses = predictions.read_text(encoding="utf-8").splitlines()
         assert len(guesses) == len(rows), name
+        found.append((name, rows, guesses, recorded))
+    return found
+
+
+@pytest.mark.parametrize("experiment", SIGMORPHON2017)
+def test_sigmorphon2017_results_score_as_evalm(experiment: str):
+    for name, rows, guesses, recorded in scored(experiment):
         gold = official.evalm_read("\t".join(r) for r in rows)
         guess = official.evalm_read(f"{r[0]}\t{g}\t{r[2]}" for r, g in zip(rows, guesses))
         accuracy, distance = official.evalm_eval_form(gold, guess)
@@ -79,14 +88,8 @@ def test_sigmorphon2017_results_score_as_evalm(experiment: str):
 
 @pytest.mark.parametrize("experiment", SIGMORPHON2020)
 def test_sigmorphon2020_results_score_as_the_official_scorer(experiment: str):
-    data = shared_data()
-    if data is None:
-        pytest.skip("no shared data")
-    for name, predictions, recorded in outputs(experiment):
-        gold_path = raw_test_file(run_config(predictions), data)
-        golds = [line.split("\t")[1] for line in gold_path.read_text("utf-8").splitlines()]
-        guesses = predictions.read_text(encoding="utf-8").splitlines()
-        assert len(guesses) == len(golds), name
-        pairs = official.tsv_pairs(f"{g}\t{h}" for g, h in zip(golds, guesses))
-        assert official.sigmorphon2021_wer(pairs) == pytest.approx(recorded["wer"], abs=1e-9)
-        assert official.sigmorphon2020_ler(pairs) == pytest.approx(recorded["per"], abs=1e-9)
+    for name, rows, guesses, recorded in scored(experiment):
+        pairs = official.tsv_pairs(f"{r[1]}\t{h}" for r, h in zip(rows, guesses))
+        wer, ler = official.sigmorphon2021_wer(pairs), official.sigmorphon2020_ler(pairs)
+        assert wer == pytest.approx(recorded["wer"], abs=1e-9), name
+        assert ler == pytest.approx(recorded["per"], abs=1e-9), name

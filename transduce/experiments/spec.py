@@ -284,6 +284,17 @@ def _datasets(
     return out
 
 
+def _check_numbers(path: Path, where: str, values: Any) -> None:
+    """METRIC: number, for a published or reference dataset (`where` names it)."""
+    if not isinstance(values, dict):
+        raise _problem(path, where, f"expected METRIC: number, got {values!r}")
+    for metric, value in values.items():
+        if why := _unknown_metric(str(metric)):
+            raise _problem(path, f"{where}.{metric}", f"not a metric ({why})")
+        if type(value) not in (int, float):
+            raise _problem(path, f"{where}.{metric}", f"expected a number, got {value!r}")
+
+
 def _check_published(path: Path, published: dict[str, Any], datasets: list[str]) -> None:
     """published: SYSTEM: DATASET (or average): METRIC: number, or SYSTEM: METRIC: number
     without datasets."""
@@ -298,13 +309,7 @@ def _check_published(path: Path, published: dict[str, Any], datasets: list[str])
             where = f"published.{system}" + (f".{dataset}" if dataset is not None else "")
             if dataset is not None and dataset not in (*datasets, AVERAGE):
                 raise _problem(path, where, f"not a dataset of this experiment (or {AVERAGE})")
-            if not isinstance(values, dict):
-                raise _problem(path, where, f"expected METRIC: number, got {values!r}")
-            for metric, value in values.items():
-                if why := _unknown_metric(str(metric)):
-                    raise _problem(path, f"{where}.{metric}", f"not a metric ({why})")
-                if type(value) not in (int, float):
-                    raise _problem(path, f"{where}.{metric}", f"expected a number, got {value!r}")
+            _check_numbers(path, where, values)
 
 
 SHIPPED = Path(__file__).parent / "files"  # the experiments of the papers, by name
@@ -614,13 +619,7 @@ def _check_references(
                 raise _problem(path, at, "the average is computed over this experiment's datasets")
             if dataset is not None and dataset not in known:
                 raise _problem(path, at, "not a dataset of this experiment")
-            if not isinstance(values, dict):
-                raise _problem(path, at, f"expected METRIC: number, got {values!r}")
-            for metric, number in values.items():
-                if why := _unknown_metric(str(metric)):
-                    raise _problem(path, f"{at}.{metric}", f"not a metric ({why})")
-                if type(number) not in (int, float):
-                    raise _problem(path, f"{at}.{metric}", f"expected a number, got {number!r}")
+            _check_numbers(path, at, values)
         out[str(name)] = (
             {
                 k: {str(m): float(v) for m, v in values.items()}

@@ -64,6 +64,21 @@ class CopyGate(nn.Module):
         return (self.state(states) + self.input(inputs)).squeeze(-1)
 
 
+class Copying(nn.Module):
+    """What a family with `copy: true` holds: the gate of eq. (8) and the target id of each
+    source id (`copy_map`, set from the vocabularies by `read_vocabularies`, not saved:
+    checkpoints carry the vocabularies)."""
+
+    def _init_copy(self, memory_size: int, state_size: int, input_size: int, sources: int) -> None:
+        self.gate = CopyGate(memory_size, state_size, input_size)
+        self.register_buffer("copy_map", torch.full((sources,), UNK_ID), persistent=False)
+
+    def read_vocabularies(self, source: list[str], target: list[str]) -> None:
+        """With `copy`: the target id of each source id, by spelling."""
+        if getattr(self, "copy_map", None) is not None:
+            self.copy_map.copy_(copy_map(source, target))
+
+
 def mix(log_vocab: Tensor, gate: Tensor, attention: Tensor, index: Tensor) -> Tensor:
     """log P(w) of eq. (9).
 

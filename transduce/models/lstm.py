@@ -66,9 +66,9 @@ from transduce.models.base import (
     register,
     wide,
 )
-from transduce.models.copy import CopyGate, copy_map, mix
+from transduce.models.copy import Copying, mix
 from transduce.models.layers import BiLSTM, Dropout, lstm_step
-from transduce.special import PAD_ID, UNK_ID
+from transduce.special import PAD_ID
 
 
 @dataclass
@@ -174,7 +174,7 @@ def output_size(c: LSTMConfig, target_vocab: int) -> int:
 
 
 @register
-class LSTMModel(Seq2SeqModel):
+class LSTMModel(Copying, Seq2SeqModel):
     """Soft attention LSTM (Wu et al. 2018): system ③ without input feeding; with it, system
     U (concatenated, d_s = 3 d_h) or system ① (`feed_merge: linear`, `match_parameters`)."""
 
@@ -216,8 +216,7 @@ class LSTMModel(Seq2SeqModel):
             self.output.weight = self.target_embedding.weight
         self.drop = Dropout(c.dropout)
         if c.copy:  # See et al. (2017), eq. (8); the copy map: `read_vocabularies`
-            self.gate = CopyGate(memory, c.decoder_size, c.embedding_dim)
-            self.register_buffer("copy_map", torch.full((source_vocab,), UNK_ID), persistent=False)
+            self._init_copy(memory, c.decoder_size, c.embedding_dim, source_vocab)
         if c.decoder_init == "last":  # Sockeye's enc2decinit_k: h_0 and c_0 of each layer
             self.bridge = nn.ModuleList(
                 nn.Linear(memory, c.decoder_size) for _ in range(2 * c.decoder_layers)
@@ -243,11 +242,6 @@ class LSTMModel(Seq2SeqModel):
         with torch.no_grad():
             self.source_embedding.weight[PAD_ID].zero_()
             self.target_embedding.weight[PAD_ID].zero_()
-
-    def read_vocabularies(self, source: list[str], target: list[str]) -> None:
-        """With `copy`: the target id of each source id, by spelling."""
-        if self.config.copy:
-            self.copy_map.copy_(copy_map(source, target))
 
     @property
     def attention_names(self) -> list[str]:

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from transduce.data.batching import Batch
 from transduce.errors import DataError
 from transduce.models.base import ModelConfig, Seq2SeqModel, Seq2SeqOutput, State, Step, register
-from transduce.models.copy import CopyGate, copy_map, mix
+from transduce.models.copy import Copying, mix
 from transduce.models.layers import Dropout
 from transduce.models.selfattention import (
     AttentionOptions,
@@ -44,7 +44,7 @@ from transduce.models.selfattention import (
     merge_heads,
     split_heads,
 )
-from transduce.special import PAD_ID, SEP_ID, UNK_ID
+from transduce.special import PAD_ID, SEP_ID
 
 
 @dataclass
@@ -308,7 +308,7 @@ class DecoderLayer(nn.Module):
 
 
 @register
-class TransformerModel(Seq2SeqModel):
+class TransformerModel(Copying, Seq2SeqModel):
     name = "transformer"
     Config = TransformerConfig
 
@@ -343,13 +343,7 @@ class TransformerModel(Seq2SeqModel):
         if c.tie_embeddings != "none":
             self.output.weight = self.target_embedding.weight
         if c.copy:  # See et al. (2017), eq. (8); the copy map: `read_vocabularies`
-            self.gate = CopyGate(c.d_model, c.d_model, c.d_model)
-            self.register_buffer("copy_map", torch.full((source_vocab,), UNK_ID), persistent=False)
-
-    def read_vocabularies(self, source: list[str], target: list[str]) -> None:
-        """With `copy`: the target id of each source id, by spelling."""
-        if self.config.copy:
-            self.copy_map.copy_(copy_map(source, target))
+            self._init_copy(c.d_model, c.d_model, c.d_model, source_vocab)
 
     def _copy(
         self,
