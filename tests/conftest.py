@@ -36,6 +36,30 @@ def transduce_env() -> dict[str, str]:
     return env
 
 
+def processes_naming(text: str | Path) -> list[int]:
+    """The processes (not zombies) whose command line holds `text` (Linux: /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                command = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue  # gone meanwhile
+            if str(text).encode() in command:
+                found.append(int(entry.name))
+    return found
+
+
+def none_left_within(text: str | Path, seconds: float) -> list[int]:
+    """`processes_naming(text)` once none is left, or after `seconds`."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while (left := processes_naming(text)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
 def shared_data() -> Path | None:
     """The real datasets ($TRANSDUCE_SHARED_DATA, the recipes' data root $TRANSDUCE_DATA,
     or ../shared/data), if present."""

@@ -503,16 +503,27 @@ def assert_one_line(result: subprocess.CompletedProcess, *fragments: str) -> Non
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
-@pytest.mark.parametrize("command", ["score", "decode"])
+@pytest.mark.parametrize("command", ["score", "decode", "recipes", "experiment list"])
 def test_stdout_on_a_full_disk_is_one_line(ws: Path, command: str):
-    args = (
-        ["score", ws / "hyp.txt", ws / "ref.txt", "--json"]
-        if command == "score"
-        else ["decode", ws / "run", ws / PREPARED / "test.tsv", "--input-format", "tsv"]
-    )
+    """N16 for the listings: `error: No space left on device`, without `<stdout>:`."""
+    args = {
+        "score": ["score", ws / "hyp.txt", ws / "ref.txt", "--json"],
+        "decode": ["decode", ws / "run", ws / PREPARED / "test.tsv", "--input-format", "tsv"],
+    }.get(command, command.split())
     with open("/dev/full", "w") as full:
         result = cli(*args, stdout=full)
     assert_one_line(result, "<stdout>", "No space left on device")
+
+
+@pytest.mark.skipif(not Path("/proc/version").is_file(), reason="no /proc")
+def test_an_output_where_no_file_can_be_made_is_not_a_missing_file(ws: Path):
+    """N16: `score --report /proc/version` said "No such file or directory" of a file that
+    exists (/proc takes no new files, and says ENOENT)."""
+    before = snapshot(ws)
+    result = cli("score", ws / "hyp.txt", ws / "ref.txt", "--report", "/proc/version")
+    assert_one_line(result, "/proc/version: cannot create a file in /proc")
+    assert "No such file" not in result.stderr
+    assert snapshot(ws) == before
 
 
 @pytest.mark.parametrize("closed", ["stdin", "stdout"])

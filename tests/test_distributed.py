@@ -25,7 +25,7 @@ from transduce import config as configuration
 from transduce.distributed import World
 from transduce.training import Trainer
 
-from .conftest import transduce_env
+from .conftest import none_left_within, processes_naming, transduce_env
 from .test_tagger import TINY as TINY_TAGGER
 from .test_tagger import write_conllu
 from .toy import TINY_LSTM, TINY_TRANSFORMER, recipe, write_task
@@ -279,6 +279,108 @@ def test_ctrl_c_stops_every_process_after_its_update(copy, tmp_path):
     report = json.loads((run / "train.json").read_text())
     assert report["stop"] == "interrupted" and report["updates"] >= 50
     assert checkpoint.load(run / "last.pt")["training"]["progress"]["update"] == report["updates"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds processes in /proc")
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGKILL"])
+def test_a_killed_launcher_leaves_no_training_process_and_the_run_resumes(copy, tmp_path, sig):
+    """N9: `kill PID` of `train --nproc 2` (SIGTERM, or SIGHUP: to the launcher alone) is
+    a Ctrl-C for the training processes, without torch's "Received 15 death signal" line;
+    and a launcher killed with -9 has them stop by themselves (the parent-death signal).
+    Within 10 s none is left, rank 0 has written last.pt and train.json, and the run
+    resumes."""
+    config = write_recipe(
+        tmp_path / "r.yaml", copy, max_updates=100_000, validate_every=10, max_epochs=None
+    )
+    run = tmp_path / "run"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "transduce",
+            "train",
+            "-c",
+            str(config),
+            "-o",
+            str(run),
+            "--nproc=2",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=transduce_env(),
+        start_new_session=True,  # not in the test's process group
+    )
+    assert process.stderr is not None
+    seen, deadline = "", time.monotonic() + 120
+    while "update 20 " not in seen and time.monotonic() < deadline:
+        seen += process.stderr.readline()
+    assert len(processes_naming(run)) == 3, "the launcher and two training processes"
+    process.send_signal(getattr(signal, sig))
+    left = none_left_within(run, 10)
+    for pid in left:  # not to leave them running after the test
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"{sig}: still running after 10 s: {left}"
+    rest = process.communicate(timeout=10)[1]
+    if sig != "SIGKILL":
+        assert process.returncode == 130, seen + rest
+        assert "Traceback" not in rest and "death signal" not in rest, rest
+        assert rest.count("stopping after this update") == 1, rest
+        assert f"transduce train --out {run} --resume" in rest
+    report = json.loads((run / "train.json").read_text())
+    assert report["stop"] == "interrupted" and report["updates"] >= 20
+    assert checkpoint.load(run / "last.pt")["training"]["progress"]["update"] == report["updates"]
+    resumed = transduce(
+        "train", "-o", run, "--resume", "--nproc", "2", "--set", "train.max_updates=20"
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((run / "train.json").read_text())["test"] is not None
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="signals")
+def test_a_rank_killed_by_a_signal_is_named_with_the_signal(copy, tmp_path):
+    """N10: a rank killed by a signal (as by the out-of-memory killer) is one line naming
+    the rank and the signal, not only "another training process stopped first"."""
+    config = write_recipe(
+        tmp_path / "r.yaml", copy, max_updates=100_000, validate_every=10, max_epochs=None
+    )
+    run = tmp_path / "run"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "transduce",
+            "train",
+            "-c",
+            str(config),
+            "-o",
+            str(run),
+            "--nproc=2",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=transduce_env(),
+        start_new_session=True,
+    )
+    assert process.stderr is not None
+    seen, deadline = "", time.monotonic() + 120
+    while "update 10 " not in seen and time.monotonic() < deadline:
+        seen += process.stderr.readline()
+    rank_1 = [
+        pid
+        for pid in processes_naming(run)
+        if b"RANK=1\0" in Path(f"/proc/{pid}/environ").read_bytes().replace(b"LOCAL_", b"")
+    ]
+    assert len(rank_1) == 1, rank_1
+    os.kill(rank_1[0], signal.SIGKILL)
+    killed = subprocess.CompletedProcess(process.args, 0, "", "")
+    killed.stderr = seen + process.communicate(timeout=120)[1]
+    killed.returncode = process.returncode
+    assert killed.returncode == 2, killed.stderr
+    assert "Traceback" not in killed.stderr
+    assert (
+        "error: rank 1 was killed by SIGKILL (signal 9; the out-of-memory killer sends it)"
+        in killed.stderr.splitlines()
+    ), killed.stderr
 
 
 # ------------------------------------------- the CUDA paths, up to the device call

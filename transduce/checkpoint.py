@@ -134,9 +134,10 @@ def check_compatible(payloads: list[dict[str, Any]], fields: dict[str, str], why
     for payload in payloads[1:]:
         for key, what in fields.items():
             if _field(payload, key) != _field(first, key):
+                many = what.endswith("s")  # vocabularies, BPE models; a family, a tokenization
                 raise CheckpointError(
-                    f"{payload.get('path')}: its {what} differ from those of "
-                    f"{first.get('path')}; {why}"
+                    f"{payload.get('path')}: its {what} {'differ' if many else 'differs'} "
+                    f"from {'those' if many else 'that'} of {first.get('path')}; {why}"
                 )
 
 
@@ -221,7 +222,7 @@ class Checkpointer:
         if best is not None and best == update:
             save(path, {k: v for k, v in state.items() if k not in ("format", "path")})
             return [
-                f"{path}: was {problem}, but the best dev score is last.pt's (update {best}), "
+                f"{path}: {problem}, but the best dev score is last.pt's (update {best}), "
                 "cut short before best.pt was written; copied last.pt to best.pt"
             ]
         raise CheckpointError(

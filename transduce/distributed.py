@@ -63,7 +63,10 @@ def _together() -> Iterator[None]:
         text = str(error).lower()
         if not any(sign in text for sign in PEER_GONE):
             raise  # this process's own trouble (out of memory, ...): its own message
-        raise PeerFailed("another training process stopped first (its message says why)") from None
+        raise PeerFailed(
+            "another training process stopped first, so this one stops too (the other's "
+            "message says why, or `train --nproc` names the signal that killed it)"
+        ) from None
 
 
 @dataclass

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from transduce.errors import DataError, TransduceError, chained_os_error
+from transduce.errors import EXIT_INTERRUPTED, DataError, TransduceError, chained_os_error
 
 STDIN = "-"
 
@@ -323,6 +323,9 @@ def _atomic_binary(path: Path) -> Iterator[BinaryIO]:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_MARK}", suffix=".tmp", dir=path.parent)
     except OSError as error:
+        if error.errno == errno.ENOENT and path.parent.is_dir():  # not "no such file": /proc
+            why = f"cannot create a file in {path.parent} (its file system takes no new files)"
+            raise OSError(error.errno, why, str(path)) from None
         raise _named(error, path) from None
     try:
         os.chmod(tmp, 0o666 & ~_umask())
@@ -407,6 +410,48 @@ def remove(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------- processes we start
+
+PARENT_VARIABLE = "TRANSDUCE_PARENT_PID"  # set for a child that is to stop with its parent
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def child_environment(environment: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child process that is to stop when this one dies, however it
+    dies (kill -9 included): see `stop_with_parent`, which the child calls as it starts."""
+    base = os.environ if environment is None else environment
+    return {**base, PARENT_VARIABLE: str(os.getpid())}
+
+
+def stop_with_parent() -> None:
+    """In a process started with `child_environment`: when the parent that started it dies,
+    a Ctrl-C (SIGINT: training stops after its update and writes last.pt), through Linux's
+    parent-death signal (prctl PR_SET_PDEATHSIG), a SIGHUP. Linux sends it again as each
+    thread of the dying parent exits, so only the first SIGHUP is a Ctrl-C (a second would
+    mean "stop at once"). A parent already gone is an exit with 130 at once. Elsewhere, and
+    in a process started otherwise, nothing."""
+    expected = os.environ.pop(PARENT_VARIABLE, None)
+    if expected is None or not sys.platform.startswith("linux"):
+        return
+    hung_up: list[int] = []
+
+    def hang_up(signum: int, frame: object) -> None:
+        if not hung_up:
+            hung_up.append(signum)
+            signal.raise_signal(signal.SIGINT)
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        previous = signal.signal(signal.SIGHUP, hang_up)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGHUP), 0, 0, 0) != 0:
+            signal.signal(signal.SIGHUP, previous)
+            return
+    except (OSError, AttributeError, ValueError):
+        return
+    if str(os.getppid()) != expected:  # it died before the signal was asked for
+        raise SystemExit(EXIT_INTERRUPTED)
 
 
 # ------------------------------------------------------------------ fault injection

@@ -27,7 +27,11 @@ def main() -> None:
     """The `transduce` program: the app, and then, while the interpreter shuts down (the
     command's work done and its files written), a Ctrl-C ends the process at once, as
     SIGINT does by default, instead of a traceback from a clean-up function. For the
-    console script and `python -m transduce` only; in-process callers (tests) use `app`."""
+    console script and `python -m transduce` only; in-process callers (tests) use `app`.
+    A process that `experiment run` or `train --nproc` started stops with its parent."""
+    from transduce.io import stop_with_parent
+
+    stop_with_parent()
     try:
         app(prog_name="transduce")
     finally:

@@ -76,7 +76,7 @@ class _Group(TyperGroup):
             if error.errno == errno.EPIPE:
                 _silence_stdout()
                 raise typer.Exit(0) from None  # the reader went away (`| head`): not an error
-            stdout_failed = _settle_stdout()
+            stdout_failed = _settle_stdout() or _writing_stdout(error)
             if error.filename is None and stdout_failed:
                 error = OSError(error.errno, error.strerror, STDOUT)
             ui.error(_os_message(error))
@@ -147,6 +147,26 @@ def _settle_stdout() -> bool:
     except (OSError, ValueError):
         _silence_stdout()
         return True
+
+
+def _writing_stdout(error: BaseException) -> bool:
+    """Whether `error` was raised where standard output was written (the innermost frame
+    holds it: click's echo, rich's console), though a flush now succeeds (the failed
+    write's data was dropped)."""
+    traceback = error.__traceback__
+    while traceback is not None and traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    if traceback is None:
+        return False
+    values = list(traceback.tb_frame.f_locals.values())
+    values += [getattr(v, "file", None) for v in values]  # a console's stream
+    for value in values:
+        try:
+            if value is sys.stdout or (hasattr(value, "fileno") and value.fileno() == 1):
+                return True
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+    return False
 
 
 def _silence_stdout() -> None:

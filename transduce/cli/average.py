@@ -11,7 +11,7 @@ import typer
 from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.cli.common import Verbosity
-from transduce.errors import ConfigError
+from transduce.errors import ConfigError, plural
 from transduce.outputs import check_outputs
 
 
@@ -64,5 +64,6 @@ def average_command(
         files = [Path(p) for p in paths]
     payload = average(files)
     checkpoint.save(out, payload)
-    updates = ", ".join(str(u) for u in payload["averaged"]["updates"])
-    ui.info(f"averaged {len(files)} checkpoints (updates {updates}) into {out}")
+    numbers = payload["averaged"]["updates"]
+    updates = f"update{'s' if len(numbers) != 1 else ''} {', '.join(map(str, numbers))}"
+    ui.info(f"averaged {plural(len(files), 'checkpoint')} ({updates}) into {out}")

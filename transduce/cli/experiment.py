@@ -159,6 +159,7 @@ def run_command(
                 directory,
                 outcomes,
                 ensembles.states(loaded, directory, ensemble_outcomes) if loaded.ensemble else None,
+                todo=[c.id for c in todo],
             )
             runner.write_state(directory, data)
             return data

@@ -46,6 +46,7 @@ from transduce.experiments.runner import (
     report_problem,
 )
 from transduce.experiments.spec import Cell, Experiment
+from transduce.io import child_environment
 
 ENSEMBLES, RECORD, PREDICTIONS = "ensembles", "ensemble.json", "test.predictions"
 SCHEMA = "transduce.experiment-ensemble/1"
@@ -293,10 +294,14 @@ def run_all(
                 group = todo.pop(0)
                 with open(log_path(directory, group), "ab") as log:
                     process = subprocess.Popen(
-                        command(directory, group, threads), stdout=log, stderr=subprocess.STDOUT
+                        command(directory, group, threads),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=child_environment(),  # it stops if this process is killed
                     )
                 running[process] = (group, time.monotonic())
                 announce(f"started the ensemble {group.id} ({len(group.members)} runs)")
+            control.pass_on(running)
             if control.stopping and not running:
                 break
             time.sleep(0.1)
@@ -379,7 +384,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from transduce.io import stop_with_parent
+
     try:
+        stop_with_parent()  # as at Ctrl-C if `experiment run` is killed
         sys.exit(main())
     except KeyboardInterrupt:  # Ctrl-C before the decoding started (importing torch)
         sys.exit(EXIT_INTERRUPTED)
