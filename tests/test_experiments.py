@@ -17,7 +17,7 @@ import yaml
 
 from transduce.experiments import report, runner, spec
 
-from .conftest import transduce_env
+from .conftest import none_left_within, transduce_env
 from .test_cli import one_line_error
 from .toy import TINY_LSTM, TINY_TRANSFORMER, recipe, write_task
 
@@ -146,6 +146,69 @@ def test_interrupted_halfway_and_run_again_every_cell_is_done_once(grid, tmp_pat
     )
 
 
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds processes in /proc")
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_killed_runner_leaves_no_training_process_and_a_rerun_resumes(tmp_path, sig):
+    """N9: `kill PID` (SIGTERM, to the runner alone) is a Ctrl-C for the running cells, and
+    a runner killed with -9 has its cells stop by themselves (the parent-death signal):
+    within 10 s no training process is left, each cell has its last.pt, and the same
+    command again resumes them instead of failing on their locks."""
+    data = tmp_path / "data"
+    data.mkdir()
+    prepared = write_task(data, "copy")
+    long = {"max_updates": 100_000, "max_epochs": None, "validate_every": 10}
+    (tmp_path / "lstm.yaml").write_text(
+        yaml.safe_dump(recipe(prepared, TINY_LSTM, precision="fp32", threads=1, **long))
+    )
+    experiment = tmp_path / "grid.yaml"
+    experiment.write_text(
+        yaml.safe_dump({"systems": {"lstm": {"recipe": "lstm.yaml"}}, "seeds": [1, 2]})
+    )
+    out = tmp_path / "exp"
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "transduce", "experiment", "run", experiment, "--out", out),
+            "--workers",
+            "2",
+            "--threads",
+            "1",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=transduce_env(),
+        start_new_session=True,  # not in the test's process group
+    )
+    runs = [out / "runs" / f"lstm.seed{seed}" for seed in (1, 2)]
+    deadline = time.monotonic() + 120
+    while not all((r / "last.pt").is_file() for r in runs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert none_left_within(out, 0) != [], "the cells should be running"
+    process.send_signal(getattr(signal, sig))
+    left = none_left_within(out, 10)
+    if left:  # not to leave them running after the test
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"{sig}: still running after 10 s: {left}"
+    stderr = process.communicate(timeout=10)[1]
+    if sig == "SIGTERM":
+        assert process.returncode == 130, stderr
+        assert "SIGTERM: the running cells stop after their update" in stderr
+        assert "Traceback" not in stderr
+        cells = json.loads((out / "cells.json").read_text())["cells"]
+        assert [c["status"] for c in cells] == ["interrupted"] * 2, cells
+    for run in runs:  # each stopped as at Ctrl-C: after an update, with last.pt
+        report = json.loads((run / "train.json").read_text())
+        assert report["stop"] == "interrupted", report
+    # the same command again, now bounded, resumes both (no "in use by another process")
+    (tmp_path / "lstm.yaml").write_text(
+        yaml.safe_dump(recipe(prepared, TINY_LSTM, precision="fp32", threads=1, max_updates=10))
+    )
+    again = run_experiment("run", experiment, "--out", out, "--workers", "2", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("resumed lstm.seed") == 2, again.stderr
+    assert all(runner.finished(run) for run in runs)
+
+
 def fake_run(directory: Path, cell: str, test: dict, monotonicity: dict | None = None) -> None:
     run = directory / "runs" / cell
     run.mkdir(parents=True)
@@ -153,6 +216,24 @@ def fake_run(directory: Path, cell: str, test: dict, monotonicity: dict | None =
     report["training_seconds"] = 60.0 * (1 + len(cell))  # minutes: 1 + the id's length
     report["test_monotonicity"] = monotonicity
     (run / "train.json").write_text(json.dumps(report))
+
+
+def test_short_runs_are_timed_in_seconds_and_a_cell_is_done_once_reported(tmp_path):
+    """N16: runs of a few seconds showed as "0.0" minutes each; and the progress counted a
+    cell this session runs as done by its train.json, before its outcome was reported."""
+    cells = [spec.Cell("a", None, seed, "", ()) for seed in (1, 2)]
+    experiment = spec.Experiment(tmp_path / "e.yaml", cells, ["a"], [None], [1, 2], ["acc"])
+    for cell, seconds in zip(cells, (1.0, 3.0)):
+        fake_run(tmp_path, cell.id, {"acc": 50.0})
+        path = tmp_path / "runs" / cell.id / "train.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "training_seconds": seconds}))
+    text = report.markdown(report.table(experiment, tmp_path))
+    assert "all sessions), seconds: a 2 median (1-3, n=2)" in text, text
+    # the first cell reported, the second finished on disk but not reported yet
+    outcomes = [runner.Outcome(cells[0], runner.DONE, 1.0)]
+    data = runner.state(experiment, tmp_path, outcomes, todo=[c.id for c in cells])
+    assert [c["status"] for c in data["cells"]] == ["done", "pending"]
+    assert [c["status"] for c in runner.state(experiment, tmp_path, [])["cells"]] == ["done"] * 2
 
 
 def test_a_metric_scored_again_with_the_papers_options(tmp_path):
@@ -1222,3 +1303,129 @@ def test_the_machine_is_checked_once_before_any_cell_starts(grid, tmp_path, run,
     result = run("experiment", "run", bad, "--out", tmp_path / "exp")
     one_line_error(result, f"{bad}: systems.lstm", message)
     assert not (tmp_path / "exp").exists()
+
+
+# ---------------------------------------------------- significance against a baseline
+
+
+def test_each_system_against_the_baseline_by_welchs_t_test(tmp_path):
+    """baseline: add. Per dataset and on the average, each other system's mean minus the
+    baseline's and the two-sided p of Welch's t over the seeds. Hand values: equal
+    variances and 3 seeds a side give df = 4, whose two-sided p has the closed form
+    1 - 3/4 u (1 - u^2/12), u = |t| / sqrt(1 + t^2/4); a side without variance gives df =
+    the other's n - 1 = 2, p = 1 - |t| / sqrt(2 + t^2); one seed: no test ("–")."""
+    scores = {
+        ("add", "vtb"): [90.0, 90.3, 90.6], ("conv", "vtb"): [90.8, 91.1, 91.4],
+        ("add", "ewt"): [79.0, 80.0, 81.0], ("conv", "ewt"): [80.0, 81.0, 82.0],
+        ("conv2d", "vtb"): [92.0], ("conv2d", "ewt"): [85.0, 85.0, 85.0],
+    }  # fmt: skip
+    cells = [
+        spec.Cell(system, dataset, seed, "", ())
+        for system in ("add", "conv", "conv2d")
+        for dataset in ("vtb", "ewt")
+        for seed in (1, 2, 3)
+    ]
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml", cells, ["add", "conv", "conv2d"], ["vtb", "ewt"], [1, 2, 3],
+        ["acc"], {"conv": {"vtb": {"acc": 91.0}}}, baseline="add",
+    )  # fmt: skip
+    for (system, dataset), values in scores.items():
+        for seed, acc in enumerate(values, 1):
+            fake_run(tmp_path, f"{system}.{dataset}.seed{seed}", {"acc": acc})
+
+    def df4(t: float) -> float:
+        u = abs(t) / (1 + t * t / 4) ** 0.5
+        return 1 - 3 / 4 * u * (1 - u * u / 12)
+
+    data = report.table(experiment, tmp_path)
+    assert data["baseline"] == "add"
+    assert data["significance"] == "Welch's t-test over seeds, two-sided"
+    rows = {(r["system"], r["dataset"]): r["against_baseline"] for r in data["rows"]}
+    assert rows[("add", "vtb")] is None and rows[("add", "average")] is None
+    t = 0.8 / (0.09 / 3 * 2) ** 0.5  # vtb: s^2 = 0.09 on both sides
+    assert rows[("conv", "vtb")]["difference"] == pytest.approx(0.8)
+    assert rows[("conv", "vtb")]["t"] == pytest.approx(t)
+    assert rows[("conv", "vtb")]["df"] == pytest.approx(4.0)
+    assert rows[("conv", "vtb")]["p"] == pytest.approx(df4(t), rel=1e-6)  # 0.0309
+    conv_vtb_p = pytest.approx(df4(t), rel=1e-6)
+    t = 1 / (2 / 3) ** 0.5  # ewt: s^2 = 1 on both sides
+    assert rows[("conv", "ewt")]["p"] == pytest.approx(df4(t), rel=1e-6)  # 0.288
+    # the average: per seed the mean over the datasets, conv 85.4, 86.05, 86.7 against
+    # add 84.5, 85.15, 85.8 (s^2 = 0.4225 each)
+    t = 0.9 / (0.4225 / 3 * 2) ** 0.5
+    assert rows[("conv", "average")]["difference"] == pytest.approx(0.9)
+    assert rows[("conv", "average")]["p"] == pytest.approx(df4(t), rel=1e-6)  # 0.165
+    t = 5 / (1 / 3) ** 0.5  # conv2d on ewt: 85 three times against s^2 = 1
+    assert rows[("conv2d", "ewt")]["df"] == pytest.approx(2.0)
+    assert rows[("conv2d", "ewt")]["p"] == pytest.approx(1 - t / (2 + t * t) ** 0.5)  # 0.013
+    # one seed of conv2d on vtb (and so on the average): a difference, no test
+    assert rows[("conv2d", "vtb")] == {"difference": pytest.approx(1.7), "t": None, "df": None,
+                                       "p": None}  # fmt: skip
+    assert rows[("conv2d", "average")]["difference"] == pytest.approx(88.5 - 85.15)
+    assert rows[("conv2d", "average")]["p"] is None
+
+    text = report.markdown(data)
+    assert (
+        "| system | dataset | acc mean ± std (n) | published | difference | vs add | p |\n"
+        "|---|---|--:|--:|--:|--:|--:|\n"
+        "| add | vtb | 90.30 ± 0.30 (n=3) |  |  |  |  |\n"
+    ) in text
+    assert "| conv | vtb | 91.10 ± 0.30 (n=3) | 91.00 | 0.10 | 0.80 | 0.031 |" in text
+    assert "| conv | ewt | 81.00 ± 1.00 (n=3) |  |  | 1.00 | 0.288 |" in text
+    assert "| conv2d | vtb | 92.00 (n=1) |  |  | 1.70 | – |" in text
+    assert "| conv2d | ewt | 85.00 ± 0.00 (n=3) |  |  | 5.00 | 0.013 |" in text
+    assert "| conv | average | 86.05 ± 0.65 (n=3) |  |  | 0.90 | 0.165 |" in text
+    assert "| conv2d | average | 88.50 (n=1) |  |  | 3.35 | – |" in text
+    assert (
+        "vs add: the mean minus add's (on the same dataset, or the average); p: Welch's "
+        "t-test over seeds, two-sided (unequal variances, Welch-Satterthwaite degrees of "
+        "freedom; – with fewer than 2 seeds on either side, or no variance on both)."
+    ) in text
+    lines = report.csv_text(data).splitlines()
+    assert lines[0].endswith(",difference,against_baseline.difference,against_baseline.p")
+    by_row = {tuple(line.split(",")[:2]): line.split(",")[-2:] for line in lines[1:]}
+    assert by_row[("add", "vtb")] == ["", ""] and by_row[("conv2d", "vtb")][1] == ""
+    assert float(by_row[("conv2d", "vtb")][0]) == pytest.approx(1.7)
+    assert [float(v) for v in by_row[("conv", "vtb")]] == [pytest.approx(0.8), conv_vtb_p]
+    # without a baseline: no such columns, and no test named
+    plain = report.table(spec.Experiment(**{**experiment.__dict__, "baseline": None}), tmp_path)
+    assert all(r["against_baseline"] is None for r in plain["rows"])
+    assert "vs add" not in report.markdown(plain) and "Welch" not in report.markdown(plain)
+    assert "against_baseline" not in report.csv_text(plain)
+
+
+def test_the_baseline_is_a_system_of_the_experiment(grid, tmp_path):
+    """baseline: SYSTEM loads; an unknown name, or a search's (not a row of the table: name
+    one of its trials), is one error naming the key."""
+    import re
+
+    data = yaml.safe_load(grid.read_text())
+    path = grid.parent / f"baseline-{tmp_path.name}.yaml"
+    for value, message in [
+        ("tf", None),
+        ("cnn", "baseline: 'cnn' is not a system of this experiment (valid: lstm, tf)"),
+        (["tf"], "baseline: ['tf'] is not a system of this experiment"),
+    ]:
+        path.write_text(yaml.safe_dump({**data, "baseline": value}, sort_keys=False))
+        if message is None:
+            assert spec.load(path).baseline == "tf"
+            continue
+        with pytest.raises(spec.ConfigError, match=re.escape(f"{path}: {message}")):
+            spec.load(path)
+    data["systems"]["lstm"]["search"] = {"trials": 2, "seed": 1, "space": SPACE}
+    data.pop("published")
+    path.write_text(yaml.safe_dump({**data, "baseline": "lstm"}, sort_keys=False))
+    with pytest.raises(spec.ConfigError, match="name one of its trials \\(lstm-t1, lstm-t2\\)"):
+        spec.load(path)
+    path.write_text(yaml.safe_dump({**data, "baseline": "lstm-t2"}, sort_keys=False))
+    assert spec.load(path).baseline == "lstm-t2"
+
+
+def test_the_baseline_comes_back_through_cells_json(grid, tmp_path):
+    """The report reads the experiment from cells.json: the baseline must survive it."""
+    path = grid.parent / "grid-with-a-baseline.yaml"
+    path.write_text(grid.read_text(encoding="utf-8") + "baseline: lstm\n", encoding="utf-8")
+    loaded = spec.load(path)
+    runner.write_state(tmp_path, runner.state(loaded, tmp_path, []))
+    assert loaded.baseline is not None
+    assert runner.read_state(tmp_path).baseline == loaded.baseline

@@ -16,6 +16,11 @@ their mean where every dataset has its ensemble; an ensemble whose members chang
 was decoded is left out and named. The references (systems not run here) are a column each
 beside the mean, their average the mean over the experiment's datasets where they have
 every one, and `against_references` counts per system the datasets where it is better.
+With a baseline system (`baseline:` of the experiment file), every other system's row
+(per dataset, and the average) has the difference of its mean from the baseline's and the
+two-sided p-value of Welch's t-test over the seeds (`experiments.significance`: unequal
+variances, Welch-Satterthwaite degrees of freedom; None with fewer than 2 seeds on either
+side, or no variance on both); the ensembles' rows (one number each) are not compared.
 Everything comes from cells.json, the runs' train.json and test.predictions and the
 ensembles' files, so a copy of those alone (`experiments.export`) gives the same table.
 
@@ -35,7 +40,7 @@ from typing import Any
 
 from transduce import defaults, runlog
 from transduce.errors import TransduceError
-from transduce.experiments import ensembles
+from transduce.experiments import ensembles, significance
 from transduce.experiments.runner import RUNS, finished, run_report
 from transduce.experiments.spec import AVERAGE, MONOTONICITY, Experiment
 
@@ -308,6 +313,8 @@ def table(experiment: Experiment, directory: Path, split: str = "test") -> dict[
             for r in rows
         ],
         "reference_names": list(experiment.references),
+        "baseline": experiment.baseline,  # the system of each row's against_baseline
+        "significance": significance.TEST if experiment.baseline else None,
         "cells_done": len(found),
         "cells": len(experiment.cells),
         "not_done": missing,
@@ -323,6 +330,8 @@ def table(experiment: Experiment, directory: Path, split: str = "test") -> dict[
             cell: stop for cell, stop in stops.items() if stop.startswith(defaults.STOP_AT_LIMIT)
         },
     }
+    for row, against in zip(data["rows"], against_baseline(data), strict=True):
+        row["against_baseline"] = against
     # metric: system: reference: datasets where the system's mean is better, of those compared
     data["against_references"] = against_references(data)
     data["search"] = ranking(experiment, directory)
@@ -406,6 +415,39 @@ def _ensemble_rows(
     return rows
 
 
+def against_baseline(data: dict[str, Any]) -> list[dict[str, float | None] | None]:
+    """Per row of `data`, its mean against the baseline system's on the same dataset (or
+    average) and metric: {"difference": mean - the baseline's mean, "t", "df", "p": Welch's
+    t-test over the seeds, two-sided}; the test's numbers None where it is undefined (fewer
+    than 2 seeds on either side, or no variance on both), the difference None where either
+    has no number. None for every row without a baseline, for the baseline's own rows and
+    for the ensembles' rows."""
+    baseline = data.get("baseline")
+    theirs = {
+        (r["dataset"], r["metric"]): r["values"]
+        for r in data["rows"]
+        if r["system"] == baseline and r["ensemble"] is None
+    }
+    out: list[dict[str, float | None] | None] = []
+    for row in data["rows"]:
+        if baseline is None or row["system"] == baseline or row["ensemble"] is not None:
+            out.append(None)
+            continue
+        ours, other = row["values"], theirs.get((row["dataset"], row["metric"])) or []
+        test = significance.welch(ours, other)
+        out.append(
+            {
+                "difference": (
+                    statistics.fmean(ours) - statistics.fmean(other) if ours and other else None
+                ),
+                "t": None if test is None else test.t,
+                "df": None if test is None else test.df,
+                "p": None if test is None else test.p,
+            }
+        )
+    return out
+
+
 def against_references(data: dict[str, Any]) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
     """metric: system row: reference: {"better", "equal", "of"}: on how many datasets the
     row's mean is better than the reference (by the metric's direction), equal to it, of
@@ -453,6 +495,15 @@ def _column_scale(rows: list[dict[str, Any]]) -> float:
     return max(numbers, default=0.0)
 
 
+def _p_value(against: dict[str, Any] | None) -> str:
+    """A p-value with three decimals (below 0.001: "< 0.001"); "–" where the test is
+    undefined; blank for a row not compared."""
+    if against is None:
+        return ""
+    p = against["p"]
+    return "–" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def _cell(row: dict[str, Any], scale: float) -> str:
     if row["mean"] is None:
         return "–"
@@ -463,10 +514,13 @@ def _cell(row: dict[str, Any], scale: float) -> str:
 def markdown(data: dict[str, Any]) -> str:
     """One Markdown table per metric: a row per system and dataset (the averages last),
     mean ± std (n), a column per reference (systems not run here), the published number
-    and the difference; then, per system and reference, on how many datasets it is
-    better."""
+    and the difference; with a baseline system, the difference from its mean and the
+    p-value (`against_baseline`), and a line that says which test; then, per system and
+    reference, on how many datasets it is better."""
     out = []
     references = data.get("reference_names") or []
+    baseline = data.get("baseline")
+    compared = [f"vs {baseline}", "p"] if baseline else []
     counts = against_references(data)
     for metric in data["metrics"]:
         rows = [r for r in data["rows"] if r["metric"] == metric]
@@ -484,9 +538,9 @@ def markdown(data: dict[str, Any]) -> str:
         head = (
             ["system"]
             + (["dataset"] if with_datasets else [])
-            + [f"{metric} mean ± std (n)", *references, "published", "difference"]
+            + [f"{metric} mean ± std (n)", *references, "published", "difference", *compared]
         )
-        numeric = 3 + len(references)
+        numeric = 3 + len(references) + len(compared)
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "|".join(["---"] * (len(head) - numeric) + ["--:"] * numeric) + "|")
         ordered = [r for r in rows if r["dataset"] != AVERAGE] + [
@@ -500,8 +554,20 @@ def markdown(data: dict[str, Any]) -> str:
                 _number(r["published"], scale),
                 _number(r["difference"], scale),
             ]
+            if baseline:
+                against = r.get("against_baseline")
+                difference = None if against is None else against["difference"]
+                mark = "–" if against is not None and difference is None else ""
+                cells += [_number(difference, scale) or mark, _p_value(against)]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
+        if baseline:
+            out.append(
+                f"vs {baseline}: the mean minus {baseline}'s (on the same dataset, or the "
+                f"average); p: {significance.TEST} (unequal variances, Welch-Satterthwaite "
+                "degrees of freedom; – with fewer than 2 seeds on either side, or no variance on "
+                "both).\n"
+            )
         if counts.get(metric):
             word = "above" if _higher(metric) else "below"
             better = "higher" if _higher(metric) else "lower"
@@ -539,14 +605,16 @@ def markdown(data: dict[str, Any]) -> str:
         )
     timed = data.get("training_seconds") or {}
     if timed:
+        # in minutes, or in seconds when a run would show as "0.0" minutes
+        unit, scale, digits = ("minutes", 60, 1) if min(timed.values()) >= 3 else ("seconds", 1, 0)
         per_system: dict[str, list[float]] = {}
         for cell, value in timed.items():
-            per_system.setdefault(cell.split(".")[0], []).append(value / 60)
+            per_system.setdefault(cell.split(".")[0], []).append(value / scale)
         out.append(
-            "\nTraining time per run (training and validation, all sessions), minutes: "
+            f"\nTraining time per run (training and validation, all sessions), {unit}: "
             + "; ".join(
-                f"{system} {statistics.median(v):.1f} median "
-                f"({min(v):.1f}-{max(v):.1f}, n={len(v)})"
+                f"{system} {statistics.median(v):.{digits}f} median "
+                f"({min(v):.{digits}f}-{max(v):.{digits}f}, n={len(v)})"
                 for system, v in per_system.items()
             )
         )
@@ -592,16 +660,25 @@ def _higher(metric: str) -> bool:
 
 
 def csv_text(data: dict[str, Any]) -> str:
-    """A CSV row per (system, dataset, metric); a column `reference.NAME` per reference."""
+    """A CSV row per (system, dataset, metric); a column `reference.NAME` per reference;
+    with a baseline system, `against_baseline.difference` and `against_baseline.p` (blank
+    for its own rows and the ensembles', and where undefined)."""
     out = io.StringIO()
     columns = ["system", "dataset", "metric", "n", "mean", "std", "published", "difference"]
     names = data.get("reference_names") or []
     columns += [f"reference.{name}" for name in names]
+    compared = ("difference", "p") if data.get("baseline") else ()
+    columns += [f"against_baseline.{key}" for key in compared]
     writer = csv.DictWriter(out, columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in data["rows"]:
+        against = row.get("against_baseline") or {}
         writer.writerow(
-            {**row, **{f"reference.{n}": (row.get("references") or {}).get(n) for n in names}}
+            {
+                **row,
+                **{f"reference.{n}": (row.get("references") or {}).get(n) for n in names},
+                **{f"against_baseline.{key}": against.get(key) for key in compared},
+            }
         )
     return out.getvalue()
 

@@ -9,10 +9,12 @@ a kill therefore goes on where it stopped and redoes nothing that finished.
 
 Ctrl-C reaches the running cells (they share the terminal's process group): each stops
 after its update and writes last.pt, as `transduce train` does, and no new cell starts;
-the command exits with 130 once they have. A cell that fails (its exit status, and the
-last line of its log in EXP_DIR/logs/CELL_ID.log) is reported and does not stop the
-others. EXP_DIR/cells.json records every cell's state (done, failed, interrupted,
-pending) after each change.
+the command exits with 130 once they have. SIGTERM and SIGHUP (`kill PID`, a closed
+terminal), which reach this process alone, are passed on to the cells as a Ctrl-C; and a
+cell whose runner died (kill -9) stops as at Ctrl-C by itself (`io.stop_with_parent`).
+A cell that fails (its exit status, and the last line of its log in
+EXP_DIR/logs/CELL_ID.log) is reported and does not stop the others. EXP_DIR/cells.json
+records every cell's state (done, failed, interrupted, pending) after each change.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,10 +35,12 @@ from typing import Any
 from transduce import recipe_loader
 from transduce.errors import EXIT_INTERRUPTED, ConfigError
 from transduce.experiments.spec import Cell, EnsembleSpec, Experiment
-from transduce.io import atomic_write_text
+from transduce.io import atomic_write_text, child_environment
 
 RUNS, LOGS, STATE = "runs", "logs", "cells.json"
-STOPPING = b"\nCtrl-C: the running cells stop after their update; no new cell starts\n"
+STOPPING = "\n{}: the running cells stop after their update; no new cell starts\n"
+# what stops an experiment: Ctrl-C reaches the cells too, the others are passed on to them
+STOP_SIGNALS = {"SIGINT": "Ctrl-C", "SIGTERM": "SIGTERM", "SIGHUP": "SIGHUP"}
 DONE, FAILED, INTERRUPTED, PENDING, RUNNING = "done", "failed", "interrupted", "pending", "running"
 
 
@@ -135,6 +139,7 @@ class Executor:
         self.directory, self.threads = Path(directory), threads
         self.data_root, self.announce = data_root, announce
         self.stopping = False
+        self._unpassed = 0  # SIGTERMs and SIGHUPs not yet passed on to the processes
 
     def command(self, cell: Cell) -> list[str]:
         """The `transduce train` command of a cell (`--resume` when it has a last.pt)."""
@@ -161,22 +166,38 @@ class Executor:
 
     @contextlib.contextmanager
     def interrupts(self) -> Iterator[None]:
-        """While running: the first Ctrl-C sets `stopping` (the cells see it themselves)."""
+        """While running: the first Ctrl-C, SIGTERM or SIGHUP sets `stopping`. A Ctrl-C
+        reaches the cells themselves; the others are for `pass_on` to give them."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
 
         def stop(signum: int, frame: Any) -> None:
             if not self.stopping:  # a raw write: a signal may come in the middle of a print
+                what = STOP_SIGNALS.get(signal.Signals(signum).name, "a signal")
                 with contextlib.suppress(OSError):
-                    os.write(2, STOPPING)
+                    os.write(2, STOPPING.format(what).encode())
             self.stopping = True
+            if signum != signal.SIGINT:
+                self._unpassed += 1
 
-        previous = signal.signal(signal.SIGINT, stop)
+        names = [name for name in STOP_SIGNALS if hasattr(signal, name)]
+        previous = {name: signal.signal(getattr(signal, name), stop) for name in names}
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for name, handler in previous.items():
+                signal.signal(getattr(signal, name), handler)
+
+    def pass_on(self, processes: Iterable[subprocess.Popen[bytes]]) -> None:
+        """Give the running `processes` a Ctrl-C (SIGINT) for each SIGTERM or SIGHUP this
+        process has had since the last call: they did not get it themselves."""
+        while self._unpassed > 0:
+            self._unpassed -= 1
+            for process in processes:
+                if process.poll() is None:
+                    with contextlib.suppress(OSError):
+                        process.send_signal(signal.SIGINT)
 
 
 class LocalExecutor(Executor):
@@ -199,9 +220,15 @@ class LocalExecutor(Executor):
                     cell = pending.pop(0)
                     command = self.command(cell)
                     with open(self.log(cell), "ab") as log:
-                        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+                        process = subprocess.Popen(
+                            command,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            env=child_environment(),  # it stops if this process is killed
+                        )
                     running[process] = (cell, time.monotonic())
                     self.announce(f"{'resumed' if '--resume' in command else 'started'} {cell.id}")
+                self.pass_on(running)
                 if self.stopping and not running:
                     break
                 time.sleep(0.1)
@@ -218,10 +245,14 @@ def state(
     directory: Path,
     outcomes: list[Outcome],
     ensembles: list[dict[str, Any]] | None = None,
+    todo: Iterable[str] = (),
 ) -> dict[str, Any]:
     """Every cell's state: done (now or before), failed, interrupted, running or pending;
-    and the ensembles' (`ensembles.states`), when the experiment has any."""
+    and the ensembles' (`ensembles.states`), when the experiment has any. A cell of `todo`
+    (ids: the cells this session runs) is done once its outcome says so, not when its
+    train.json is written: it is counted when it is reported."""
     latest = {o.cell.id: o for o in outcomes}
+    running = set(todo)
     cells = []
     for cell in experiment.cells:
         outcome = latest.get(cell.id)
@@ -230,7 +261,7 @@ def state(
             outcome.status
             if outcome is not None
             else DONE
-            if finished(run_dir)
+            if cell.id not in running and finished(run_dir)
             else INTERRUPTED
             if (run_dir / "last.pt").is_file()
             else PENDING
@@ -257,6 +288,7 @@ def state(
         "score": experiment.score,
         "references": experiment.references,
         "search": experiment.search,
+        "baseline": experiment.baseline,
         "ensemble": None if experiment.ensemble is None else experiment.ensemble.as_dict(),
         "cells": cells,
         **({"ensembles": ensembles} if ensembles is not None else {}),
@@ -279,6 +311,7 @@ STATE_SHAPE: dict[str, tuple[type, ...]] = {
     "score": (dict, type(None)),
     "references": (dict, type(None)),
     "search": (dict, type(None)),
+    "baseline": (str, type(None)),
     "ensemble": (dict, type(None)),
 }
 
@@ -327,6 +360,7 @@ def read_state(directory: Path) -> Experiment:
             ),
             references=data.get("references") or {},
             search=data.get("search") or {},
+            baseline=data.get("baseline"),
         )
     except FileNotFoundError:
         raise ConfigError(

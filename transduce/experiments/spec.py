@@ -38,6 +38,11 @@ to compare them with. Every cell is an ordinary run of `transduce train`.
       cluzh-7: {english: {acc: 96.1}}  # reference has every one), and a count of the
                                   # datasets where each system beats each reference; a
                                   # dataset that `only` leaves out may be given (not shown)
+    baseline: soft                # optional: the system the report compares every other
+                                  # system with, per dataset and on the average: the
+                                  # difference of the means and the two-sided p-value of
+                                  # Welch's t-test over the seeds (a search's trial by
+                                  # its name, tuned-t3)
     score: {per: {average: word}} # optional: metrics the report scores again from each
                                   # run's test.predictions, with these options (`score`'s)
     ensemble:                     # optional: once every seed of a (system, dataset) has
@@ -71,7 +76,7 @@ from transduce.errors import ConfigError, TransduceError
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_+-]*$")  # system and dataset names: run dirs
 KEYS = {
     *("systems", "datasets", "seeds", "set", "metrics", "published", "score", "ensemble"),
-    "references",
+    *("references", "baseline"),
 }
 FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 AVERAGE = "average"  # the report's row over the datasets: not a dataset's name
@@ -145,6 +150,8 @@ class Experiment:
     # what the machine must offer, (train.device, train.precision, train.log): the first
     # system and dataset that asks for it (`check_machine`)
     machine: dict[tuple[str, str, tuple[str, ...]], str] = field(default_factory=dict)
+    # the system every other one is compared with (`report`: Welch's t over the seeds)
+    baseline: str | None = None
 
     def published_value(self, system: str, dataset: str | None, metric: str) -> float | None:
         """The paper's number for a system (on a dataset, or `average`), if given."""
@@ -404,6 +411,7 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
         if name not in names:
             raise _problem(path, f"published.{name}", "not a system of this experiment")
     ensemble = _check_ensemble(path, data.get("ensemble"), names, search)
+    baseline = _check_baseline(path, data.get("baseline"), names, search)
     root, _ = recipe_loader.data_root(data_root)
     common = _overrides(path, "set", data.get("set"))
     matched: set[str] = set()
@@ -442,6 +450,7 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
         references,
         search,
         machine,
+        baseline,
     )
 
 
@@ -630,6 +639,26 @@ def _check_references(
             else {str(m): float(v) for m, v in numbers.items()}
         )
     return out
+
+
+def _check_baseline(
+    path: Path, value: Any, systems: list[str], search: dict[str, Any]
+) -> str | None:
+    """baseline: SYSTEM, a system of this experiment (of a search: one of its trials)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value in search:
+        trials = list(search[value]["trials"])
+        raise _problem(
+            path, "baseline", f"{value!r} is a search: name one of its trials ({', '.join(trials)})"
+        )
+    if not isinstance(value, str) or value not in systems:
+        raise _problem(
+            path,
+            "baseline",
+            f"{value!r} is not a system of this experiment (valid: {', '.join(systems)})",
+        )
+    return value
 
 
 def _check_ensemble(
