@@ -1429,3 +1429,24 @@ def test_the_baseline_comes_back_through_cells_json(grid, tmp_path):
     runner.write_state(tmp_path, runner.state(loaded, tmp_path, []))
     assert loaded.baseline is not None
     assert runner.read_state(tmp_path).baseline == loaded.baseline
+
+
+def test_a_metric_without_reference_numbers_has_a_plain_header_and_no_counts(tmp_path):
+    """Two metrics, references for the first only: the second table's header is the usual
+    one (no count leaks into it from the first) and it gets no empty counts heading."""
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml",
+        [spec.Cell("a", d, 1, "", ()) for d in ("x", "y")],
+        ["a"],
+        ["x", "y"],
+        [1],
+        ["acc", "lev"],
+        references={"base": {"x": {"acc": 50.0}, "y": {"acc": 70.0}}},
+    )
+    for dataset, acc in (("x", 60.0), ("y", 65.0)):
+        fake_run(tmp_path, f"a.{dataset}.seed1", {"acc": acc, "lev": 0.5})
+    text = report.markdown(report.table(experiment, tmp_path))
+    headers = [line for line in text.splitlines() if line.startswith("| system")]
+    assert headers[1] == "| system | dataset | lev mean ± std (n) | base | published | difference |"
+    assert text.count("Datasets where the mean is better") == 1
+    assert "- a: above base on 1 of 2" in text

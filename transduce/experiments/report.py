@@ -568,20 +568,20 @@ def markdown(data: dict[str, Any]) -> str:
                 "degrees of freedom; – with fewer than 2 seeds on either side, or no variance on "
                 "both).\n"
             )
-        if counts.get(metric):
-            word = "above" if _higher(metric) else "below"
+        word = "above" if _higher(metric) else "below"
+        lines = []
+        for system, against in counts.get(metric, {}).items():
+            phrases = [
+                f"{word} {name} on {c['better']} of {c['of']}"
+                + (f" ({c['equal']} equal)" if c["equal"] else "")
+                for name, c in against.items()
+                if c["of"]
+            ]
+            if phrases:
+                lines.append(f"- {system}: " + "; ".join(phrases))
+        if lines:  # only where a reference has numbers for this metric
             better = "higher" if _higher(metric) else "lower"
-            out.append(f"Datasets where the mean is better ({better} {metric}):\n")
-            for system, against in counts[metric].items():
-                compared = [
-                    f"{word} {name} on {c['better']} of {c['of']}"
-                    + (f" ({c['equal']} equal)" if c["equal"] else "")
-                    for name, c in against.items()
-                    if c["of"]
-                ]
-                if compared:
-                    out.append(f"- {system}: " + "; ".join(compared))
-            out.append("")
+            out += [f"Datasets where the mean is better ({better} {metric}):\n", *lines, ""]
     for base, search in (data.get("search") or {}).items():
         out.append(_search_table(base, search))
     done = f"{data['cells_done']} of {data['cells']} cells finished"
