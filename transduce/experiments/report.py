@@ -568,9 +568,9 @@ def markdown(data: dict[str, Any]) -> str:
                 "degrees of freedom; – with fewer than 2 seeds on either side, or no variance on "
                 "both).\n"
             )
-        word = "above" if _higher(metric) else "below"
         lines = []
-        for system, against in counts.get(metric, {}).items():
+        for system, against in counts.get(metric, {}).items():  # metrics with a direction
+            word = "above" if _higher(metric) else "below"
             phrases = [
                 f"{word} {name} on {c['better']} of {c['of']}"
                 + (f" ({c['equal']} equal)" if c["equal"] else "")
