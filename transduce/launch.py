@@ -100,7 +100,14 @@ def launch(nproc: int, config: configuration.Config, arguments: list[str]) -> in
         run(parse_args(options))
     except ChildFailedError as error:  # the status of the process that failed first
         rank, failure = error.get_first_failure()
-        signalled = {r: f for r, f in error.failures.items() if f.exitcode < 0}
+        own = any(f.exitcode > 0 for f in error.failures.values())  # said why itself
+        signalled = {
+            r: f
+            for r, f in error.failures.items()
+            # SIGTERM is how torchrun stops the others once one has failed: named only
+            # when no process said why it stopped
+            if f.exitcode < 0 and not (own and -f.exitcode == signal.SIGTERM)
+        }
         if signalled:  # no message of its own: say which signal
             rank, failure = min(signalled.items(), key=lambda item: item[1].timestamp)
             raise RankKilled(killed(rank, failure.exitcode)) from None
