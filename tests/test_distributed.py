@@ -216,6 +216,22 @@ def test_two_processes_under_torchrun_match_one_process(copy, tmp_path):
     assert_same_validations(one, split)
 
 
+def test_nproc_1_is_one_process_in_a_process_group_that_trains_as_without(copy, tmp_path):
+    """`--nproc 1`: one process under torchrun, in a process group of one (gloo here, NCCL
+    on a GPU: the distributed path checked on one device), with the result of a run in
+    this process, which joins no group."""
+    config = write_recipe(tmp_path / "r.yaml", copy)
+    alone, grouped = tmp_path / "alone", tmp_path / "grouped"
+    assert transduce("train", "-c", config, "-o", alone).returncode == 0
+    launched = transduce("train", "-c", config, "-o", grouped, "--nproc", "1")
+    assert launched.returncode == 0, launched.stderr
+    report = json.loads((grouped / "train.json").read_text())
+    assert report["processes"] == 1 and report["backend"] == "gloo"
+    assert json.loads((alone / "train.json").read_text())["backend"] is None
+    assert_same_validations(alone, grouped)
+    assert_close_weights(alone / "last.pt", grouped / "last.pt")
+
+
 def test_nproc_errors_are_one_line_with_the_status_of_rank_0(copy, tmp_path):
     config = write_recipe(tmp_path / "r.yaml", copy)
     refused = transduce(

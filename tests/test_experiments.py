@@ -580,8 +580,42 @@ def test_ray_options_belong_to_the_ray_executor(grid, tmp_path, run):
     result = run("experiment", "run", grid, "--out", tmp_path / "x", "--executor", "ray",
                  "--threads", "2")  # fmt: skip
     assert result.exit_code == 2
-    assert "--workers and --threads are of --executor local" in result.output
+    assert "--workers, --threads, --per-gpu and --gpu-memory are of --executor local" in (
+        result.output
+    )
     assert not (tmp_path / "x").exists()
+
+
+def test_gpu_options_are_refused_where_torch_sees_no_gpu(grid, tmp_path, run):
+    for option in (["--per-gpu", "2"], ["--gpu-memory", "0.5"]):
+        result = run("experiment", "run", grid, "--out", tmp_path / "x", *option)
+        assert result.exit_code == 2
+        assert "--per-gpu and --gpu-memory: torch sees no GPU on this machine" in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_cells_are_placed_on_the_least_busy_gpu_up_to_per_gpu(tmp_path, monkeypatch):
+    """The placement and the environment of a cell, without a GPU (the cells sharing a
+    real one: tests/test_cuda.py)."""
+    executor = runner.LocalExecutor(tmp_path, 8, 1, gpus=["2", "5"], per_gpu=2, gpu_memory=0.25)
+    assert executor.place([]) == "2"
+    assert executor.place(["2"]) == "5"
+    assert executor.place(["2", "5", "5"]) == "2"
+    assert executor.place(["2", "5", "2", "5"]) is None  # each has its 2
+    env = executor.environment("5")
+    assert env["CUDA_VISIBLE_DEVICES"] == "5" and env["TRANSDUCE_GPU_MEMORY"] == "0.25"
+    assert "TRANSDUCE_GPU_MEMORY" not in runner.LocalExecutor(tmp_path, 1, 1).environment(None)
+    monkeypatch.setattr(runner.os, "cpu_count", lambda: 16)
+    assert runner.default_workers() == 8 and runner.default_workers(1) == runner.PER_GPU
+    assert runner.default_workers(2, per_gpu=8) == 16 and runner.default_workers(8, 4) == 16
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert runner.visible_gpus() == ["0", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,7")  # this process's own: theirs too
+    assert runner.visible_gpus() == ["3", "7"]
 
 
 def test_shipped_experiments_are_found_by_name():

@@ -171,3 +171,25 @@ def test_fp32_is_the_same_as_before_and_recorded(copy, tmp_path):
     ).run()
     assert report["precision"] == "fp32" and report["processes"] == 1
     assert checkpoint.load(tmp_path / "run" / "best.pt")["training"]["scaler"] is None
+
+
+def test_the_gpu_memory_limit_of_a_grid_cell(monkeypatch):
+    """$TRANSDUCE_GPU_MEMORY (`experiment run --gpu-memory F`) caps a process on a GPU."""
+    from transduce.training import limit_gpu_memory
+
+    calls = []
+    monkeypatch.setattr(
+        torch.cuda, "set_per_process_memory_fraction", lambda f, d: calls.append((f, d))
+    )
+    monkeypatch.setenv("TRANSDUCE_GPU_MEMORY", "1.5")
+    limit_gpu_memory(CPU)  # the CPU: nothing to cap
+    with pytest.raises(
+        ConfigError, match=r"TRANSDUCE_GPU_MEMORY: a fraction in \(0, 1\], not '1.5'"
+    ):
+        limit_gpu_memory(CUDA)
+    monkeypatch.setenv("TRANSDUCE_GPU_MEMORY", "0.25")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    limit_gpu_memory(CUDA)  # without an index: the current device (a cell sees one GPU)
+    monkeypatch.delenv("TRANSDUCE_GPU_MEMORY")
+    limit_gpu_memory(CUDA)
+    assert calls == [(0.25, 0)]

@@ -49,15 +49,16 @@ DELTAS = defaults.MONOTONICITY_DELTAS
 Pair = tuple[list[int], list[int]]  # the source ids and reference ids of a line
 
 
-def load_model(path: str) -> Transducer:
-    """The model of a run directory (its best.pt) or a checkpoint file, to analyze.
+def load_model(path: str, device: str = "cpu") -> Transducer:
+    """The model of a run directory (its best.pt) or a checkpoint file, to analyze, on
+    `device` (cpu, cuda, cuda:N or auto).
 
     Raises:
         CheckpointError: not a checkpoint of this version.
         TransduceError: a model without cross-attention (a tagger).
     """
     payload = checkpoint.load(path)
-    transducer = Transducer.from_checkpoint(payload)
+    transducer = Transducer.from_checkpoint(payload, device)
     if not isinstance(transducer.model, Seq2SeqModel):
         raise TransduceError(
             f"{payload['path']}: a {transducer.model.name} model tags each word; it has no "

@@ -44,3 +44,7 @@ ENSEMBLE_MEANS = ("probability", "log-probability")
 # max_updates, max_minutes) rather than by early stopping: experiment reports name such
 # runs as maybe short of convergence
 STOP_AT_LIMIT = "reached "
+
+# the fraction of its GPU's memory a training process may allocate (`experiment run
+# --gpu-memory F` sets it for the cells sharing a GPU)
+GPU_MEMORY_ENV = "TRANSDUCE_GPU_MEMORY"

@@ -77,12 +77,15 @@ class World:
     size: int = 1
     local_rank: int = 0
     local_size: int = 1  # the processes on this machine
+    launched: bool = False  # started by torchrun: in a process group, of one process too
+    backend: str | None = None  # nccl or gloo, once `start` joined the group
     _control: Any = field(default=None, repr=False)  # the gloo group of `agree`
 
     @property
     def active(self) -> bool:
-        """Whether there are other processes."""
-        return self.size > 1
+        """Whether this process is one of a process group: there are others, or torchrun
+        started it alone (`--nproc 1`: the distributed path, NCCL on a GPU, in one process)."""
+        return self.size > 1 or self.launched
 
     @property
     def main(self) -> bool:
@@ -95,7 +98,7 @@ class World:
         when they are absent)."""
         try:
             size = int(os.environ.get("WORLD_SIZE", "1"))
-            if size <= 1:
+            if size <= 1 and "RANK" not in os.environ:
                 return cls()
             local = int(os.environ.get("LOCAL_WORLD_SIZE", str(size)))
             rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
@@ -104,7 +107,7 @@ class World:
                 f"WORLD_SIZE, RANK, LOCAL_RANK: not a torchrun environment ({error}); launch "
                 "with torchrun or `transduce train --nproc N`"
             ) from None
-        return cls(rank, size, local_rank, local)
+        return cls(rank, size, local_rank, local, launched=True)
 
     def threads(self, threads: int) -> int:
         """A process's share of the CPU threads of the run (`train.threads`) on this machine."""
@@ -126,6 +129,7 @@ class World:
             return
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, timeout=TIMEOUT)
+        self.backend = backend
         self._control = dist.new_group(backend="gloo") if backend != "gloo" else None
 
     def stop(self) -> None:

@@ -204,6 +204,22 @@ def device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def limit_gpu_memory(where: torch.device) -> None:
+    """On a GPU: at most the fraction $TRANSDUCE_GPU_MEMORY of its memory, where set (cells
+    sharing a GPU), for PyTorch's allocator in this process."""
+    value = os.environ.get(defaults.GPU_MEMORY_ENV)
+    if where.type != "cuda" or not value:
+        return
+    try:
+        fraction = float(value)
+    except ValueError:
+        fraction = -1.0
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"${defaults.GPU_MEMORY_ENV}: a fraction in (0, 1], not {value!r}")
+    index = where.index if where.index is not None else torch.cuda.current_device()
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
+
+
 class Trainer:
     """Train a model as a configuration says, in a run directory.
 
@@ -234,6 +250,7 @@ class Trainer:
             where = self.world.device(device(config.train.device))
             task = kind(config, where, choose(config.train.precision, where))
         self.task = task
+        limit_gpu_memory(task.device)
         check_logs(config.train.log)
         self.log: MetricsLog | None = None  # rank 0's, from the start of the loop
         self.device, self.precision = task.device, task.precision  # batches and model: one device
@@ -281,7 +298,8 @@ class Trainer:
         self.notes.append(f"model {c.model_name}: {model.parameter_count():,} parameters")
         where = f"{self.device}, {self.precision}"
         if self.world.active:
-            where += f", {self.world.size} processes ({t.batch_size} per update in all)"
+            many = "processes" if self.world.size > 1 else "process, in a process group"
+            where += f", {self.world.size} {many} ({t.batch_size} per update in all)"
         self.notes.append(f"training on {where}")
         for warning in self.task.warnings():
             self.notes.append(f"warning: {warning}")
@@ -802,6 +820,7 @@ class Trainer:
             "device": str(self.device),
             "precision": self.precision,  # what train.precision ran as on this device
             "processes": self.world.size,
+            "backend": self.world.backend,  # of the process group (nccl, gloo), if any
             "threads": torch.get_num_threads(),
             "history": progress.history,
             "best": {

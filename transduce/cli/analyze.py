@@ -27,6 +27,8 @@ DELTAS = defaults.MONOTONICITY_DELTAS
 SHADES = " .:-=+*#%@"  # the terminal heatmap, weight 0 .. 1
 PlotFormat = choices("PlotFormat", defaults.PLOT_FORMATS)
 DEFAULT_FORMAT = PlotFormat("png")
+Device = choices("AnalyzeDevice", ("cpu", "cuda", "auto"))
+CPU = Device("cpu")
 
 
 def _lines(text: str | None, count: int) -> list[int]:
@@ -67,6 +69,7 @@ def analyze_command(
     ] = 0.1,
     beam: Annotated[int, typer.Option(help="Beam size of the decoding (1: greedy).")] = 1,
     batch_size: Annotated[int, typer.Option(help="Sentences per batch.")] = 64,
+    device: Annotated[Device, typer.Option(help="cpu, cuda or auto.")] = CPU,
     json_: Annotated[bool, typer.Option("--json", help="Print the JSON report on stdout.")] = False,
     report: Annotated[
         Path | None, typer.Option(help="Write the JSON report to this file.", show_default=False)
@@ -98,7 +101,7 @@ def analyze_command(
     if beam < 1 or batch_size < 1:
         raise TransduceError("--beam and --batch-size: must be at least 1")
     check_outputs([report], [model, data])
-    transducer = load_model(model)
+    transducer = load_model(model, device.value)
     check_outputs([report], [transducer.payload["path"]])
     if transducer.precision_warning:
         ui.warn(transducer.precision_warning)

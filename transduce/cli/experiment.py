@@ -47,7 +47,10 @@ def run_command(
     workers: Annotated[
         int | None,
         typer.Option(
-            min=1, metavar="N", help="Cells run at once.", show_default="the cores, at most 8"
+            min=1,
+            metavar="N",
+            help="Cells run at once.",
+            show_default="the cores, at most 8; with GPUs, --per-gpu on each",
         ),
     ] = None,
     cells: Annotated[
@@ -69,6 +72,26 @@ def run_command(
             show_default="the cores divided between the workers",
         ),
     ] = None,
+    per_gpu: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            metavar="N",
+            help="Local cells at once on each GPU, where torch sees GPUs (each cell is given "
+            "one, the least busy).",
+            show_default="4",
+        ),
+    ] = None,
+    gpu_memory: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            max=1.0,
+            metavar="F",
+            help="The fraction of its GPU's memory each local cell may allocate.",
+            show_default="no limit",
+        ),
+    ] = None,
     data_root: Annotated[
         Path | None,
         typer.Option(metavar="DIR", help="The folder of $DATA/ paths.", show_default="as train"),
@@ -88,9 +111,11 @@ def run_command(
     cpus: Annotated[
         float, typer.Option(min=0.01, metavar="N", help="CPUs a Ray cell asks for (its threads).")
     ] = 1.0,
-    gpus: Annotated[
+    gpus_each: Annotated[
         float,
-        typer.Option(min=0.0, metavar="F", help="GPUs a Ray cell asks for (0.25: 4 share one)."),
+        typer.Option(
+            "--gpus", min=0.0, metavar="F", help="GPUs a Ray cell asks for (0.25: 4 share one)."
+        ),
     ] = 0.0,
     verbosity: Verbosity = None,
 ) -> None:
@@ -100,13 +125,14 @@ def run_command(
     from transduce.progress import clock
 
     ray = executor.value == "ray"
-    if not ray and (address is not None or cpus != 1.0 or gpus != 0.0):
+    if not ray and (address is not None or cpus != 1.0 or gpus_each != 0.0):
         raise ConfigError("--address, --cpus and --gpus are options of --executor ray")
-    if ray and (workers is not None or threads is not None):
+    if ray and (workers, threads, per_gpu, gpu_memory) != (None, None, None, None):
         raise ConfigError(
-            "--workers and --threads are of --executor local (Ray places cells by --cpus/--gpus)"
+            "--workers, --threads, --per-gpu and --gpu-memory are of --executor local "
+            "(Ray places cells by --cpus/--gpus)"
         )
-    for name, value in (("--cpus", cpus), ("--gpus", gpus)):
+    for name, value in (("--cpus", cpus), ("--gpus", gpus_each)):
         if value > 1 and value != int(value):
             raise ConfigError(f"{name} {value:g}: above 1, Ray takes whole numbers only")
     if ray:
@@ -132,20 +158,26 @@ def run_command(
         chosen_cells = [c for c in loaded.cells if any(fnmatch.fnmatchcase(c.id, p) for p in cells)]
     if not ray:  # Ray's cells run on its workers, which may have other devices
         spec.check_machine(loaded)
+    gpus = [] if ray else runner.visible_gpus()
+    if (per_gpu is not None or gpu_memory is not None) and not ray and not gpus:
+        raise ConfigError("--per-gpu and --gpu-memory: torch sees no GPU on this machine")
+    per_gpu = per_gpu or runner.PER_GPU
     directory = out or Path("experiments") / loaded.path.stem
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory}: exists and is not a directory; choose another --out")
     directory.mkdir(parents=True, exist_ok=True)
     lock = DirectoryLock(directory / ".lock", directory).acquire()
     try:
-        count = workers or runner.default_workers()
+        count = workers or runner.default_workers(len(gpus), per_gpu)
         if ray:
             threads = max(1, int(cpus))
         elif threads is None:
             threads = runner.threads_per_cell(count)
         todo = [c for c in chosen_cells if not runner.finished(directory / runner.RUNS / c.id)]
         each = f"{threads} thread{'s' if threads > 1 else ''} each"
-        how = f"as Ray tasks, {cpus:g} CPU and {gpus:g} GPU" if ray else f"{count} at a time"
+        how = f"as Ray tasks, {cpus:g} CPU and {gpus_each:g} GPU" if ray else f"{count} at a time"
+        if gpus:
+            how += f" on {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}, at most {per_gpu} on each"
         of = f" ({len(chosen_cells)} chosen by --cells)" if cells else ""
         ui.info(
             f"{len(loaded.cells)} cells in {directory}{of}: "
@@ -189,11 +221,18 @@ def run_command(
             from transduce.experiments.ray_executor import RayExecutor
 
             chosen = RayExecutor(
-                directory, cpus, gpus, address, data_root=data_root, announce=ui.info
+                directory, cpus, gpus_each, address, data_root=data_root, announce=ui.info
             )
         else:
             chosen = runner.LocalExecutor(
-                directory, count, threads, data_root=data_root, announce=ui.info
+                directory,
+                count,
+                threads,
+                gpus,
+                per_gpu,
+                gpu_memory,
+                data_root=data_root,
+                announce=ui.info,
             )
         outcomes = chosen.run(todo, progress)
         stopped = chosen.stopping

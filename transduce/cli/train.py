@@ -72,8 +72,9 @@ def train_command(
             "--nproc",
             min=1,
             help="Train in N processes on this machine (one per GPU with CUDA), launched "
-            "with torchrun; each update's batch is split between them.",
-            show_default="1",
+            "with torchrun; each update's batch is split between them (1: one process in a "
+            "process group, NCCL on a GPU).",
+            show_default="in this process",
         ),
     ] = None,
     test: Annotated[
@@ -117,7 +118,7 @@ def train_command(
             f"warning: {local} here is not the recipe used: `--config {source}` names the "
             f"shipped recipe; give --config ./{local} for the file"
         )
-    if nproc is not None and nproc > 1:
+    if nproc is not None:  # --nproc 1 too: one process under torchrun, in a process group
         from transduce.launch import launch
 
         arguments = ["--config", source, "--out", str(run_dir)]

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transduce import recipe_loader
+from transduce import defaults, recipe_loader
 from transduce.errors import EXIT_INTERRUPTED, ConfigError
 from transduce.experiments.spec import Cell, EnsembleSpec, Experiment
 from transduce.io import atomic_write_text, child_environment
@@ -98,9 +98,30 @@ def finished(run_dir: Path) -> bool:
     )
 
 
-def default_workers() -> int:
-    """One cell per core, at most 8 (threads then go to the cells: `threads_per_cell`)."""
-    return max(1, min(os.cpu_count() or 1, 8))
+PER_GPU = 4  # cells at once on each GPU, by default (`benchmarks/gpu_check.py` measures 1-8)
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs the cells may use, as CUDA_VISIBLE_DEVICES names them for a child process
+    (this process's own list where it has one; none where torch sees no GPU)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    count = torch.cuda.device_count()
+    named = [n.strip() for n in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    if "CUDA_VISIBLE_DEVICES" in os.environ and all(named):
+        return named[:count]
+    return [str(index) for index in range(count)]
+
+
+def default_workers(gpus: int = 0, per_gpu: int = PER_GPU) -> int:
+    """One cell per core, at most 8 (threads then go to the cells: `threads_per_cell`);
+    with GPUs, `per_gpu` cells on each, as far as there are cores."""
+    cores = os.cpu_count() or 1
+    if gpus:
+        return max(1, min(cores, gpus * per_gpu))
+    return max(1, min(cores, 8))
 
 
 def threads_per_cell(workers: int) -> int:
@@ -202,21 +223,53 @@ class Executor:
 
 class LocalExecutor(Executor):
     """Run cells as `transduce train` processes on this machine, `workers` at a time.
-    They share this command's process group, so a Ctrl-C at the terminal reaches them."""
+    They share this command's process group, so a Ctrl-C at the terminal reaches them.
 
-    def __init__(self, directory: Path, workers: int, threads: int, **kwargs: Any) -> None:
+    With `gpus` (CUDA_VISIBLE_DEVICES names), each cell is given one of them, the one
+    running the fewest cells, and at most `per_gpu` cells share a GPU (a cell waits for a
+    place); `gpu_memory` (a fraction) caps what each cell's PyTorch may allocate on it."""
+
+    def __init__(
+        self,
+        directory: Path,
+        workers: int,
+        threads: int,
+        gpus: Iterable[str] = (),
+        per_gpu: int = PER_GPU,
+        gpu_memory: float | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(directory, threads, **kwargs)
-        self.workers = workers
+        self.workers, self.gpus, self.per_gpu = workers, list(gpus), per_gpu
+        self.gpu_memory = gpu_memory
+
+    def place(self, placed: Iterable[str | None]) -> str | None:
+        """The GPU for the next cell, given those of the running cells (None: no place)."""
+        taken = list(placed)
+        free = [gpu for gpu in self.gpus if taken.count(gpu) < self.per_gpu]
+        return min(free, key=taken.count) if free else None
+
+    def environment(self, gpu: str | None) -> dict[str, str]:
+        env = child_environment()  # it stops if this process is killed
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+            if self.gpu_memory is not None:
+                env[defaults.GPU_MEMORY_ENV] = f"{self.gpu_memory:g}"
+        return env
 
     def run(self, cells: list[Cell], report: Callable[[list[Outcome]], None]) -> list[Outcome]:
         """Run `cells` (those not finished); `report` is called after each change."""
         (self.directory / LOGS).mkdir(parents=True, exist_ok=True)
         pending = list(cells)
         running: dict[subprocess.Popen[bytes], tuple[Cell, float]] = {}
+        placed: dict[subprocess.Popen[bytes], str | None] = {}  # each running cell's GPU
         outcomes: list[Outcome] = []
         with self.interrupts():
             while pending or running:
                 while pending and len(running) < self.workers and not self.stopping:
+                    gpu = self.place(placed.values()) if self.gpus else None
+                    if self.gpus and gpu is None:
+                        break  # every GPU has its `per_gpu` cells
                     cell = pending.pop(0)
                     command = self.command(cell)
                     with open(self.log(cell), "ab") as log:
@@ -224,16 +277,20 @@ class LocalExecutor(Executor):
                             command,
                             stdout=log,
                             stderr=subprocess.STDOUT,
-                            env=child_environment(),  # it stops if this process is killed
+                            env=self.environment(gpu),
                         )
                     running[process] = (cell, time.monotonic())
-                    self.announce(f"{'resumed' if '--resume' in command else 'started'} {cell.id}")
+                    placed[process] = gpu
+                    where = f" on GPU {gpu}" if gpu is not None else ""
+                    what = "resumed" if "--resume" in command else "started"
+                    self.announce(f"{what} {cell.id}{where}")
                 self.pass_on(running)
                 if self.stopping and not running:
                     break
                 time.sleep(0.1)
                 for process in [p for p in running if p.poll() is not None]:
                     cell, started = running.pop(process)
+                    placed.pop(process, None)
                     code = process.returncode
                     outcomes.append(self.outcome(cell, code, time.monotonic() - started))
                     report(outcomes)
