@@ -4,16 +4,20 @@ recipe (`paper/rios2021/transformer-g2p-cmudict`: 4 + 4 layers, d 256, batch 400
 the embedded CMUdict's training split, for a fixed number of updates through the
 trainer's own `Trainer.update`.
 
-    python benchmarks/device_training.py [--device auto|cpu|cuda] [--precision fp32|auto|...]
-        [--updates 50] [--repeats 3] [--compare-cpu] [--recipes g2p,paper/rios2021/...]
+    python benchmarks/device_training.py [--device auto|cpu|cuda] [--precision fp32,bf16]
+        [--updates 50] [--repeats 3] [--profile-updates 5] [--compare-cpu]
+        [--recipes g2p,paper/rios2021/...]
 
-For each recipe: the median examples/s over `--repeats` runs (each after 5 warm-up
-updates, the device synchronized before the clock stops), peak memory (CUDA: the most
-allocated by tensors, `torch.cuda.max_memory_allocated`; CPU: the process's peak RSS),
-and, on CUDA, the fraction of the timed wall time the GPU was running kernels (the
-torch profiler's device time over the wall time of one extra profiled run). With
-`--compare-cpu` the same updates also run on the CPU (2 threads), and the GPU/CPU ratio
-of examples/s is printed beside. One JSON line.
+It prints a JSON line as soon as each thing is measured (flushed, so that a run cut short
+still says what it measured): one per run (`"kind": "run"`: examples/s over `--updates`
+timed updates after 5 warm-up updates, the device synchronized before the clock stops;
+peak memory: on CUDA the most allocated by tensors, `torch.cuda.max_memory_allocated`,
+on the CPU the process's peak RSS; each run in a process of its own), one per recipe and
+precision (`"kind": "summary"`: the median examples/s over `--repeats` runs, the peak
+memory, and on CUDA the fraction of the wall time the GPU was running kernels: the torch
+profiler's device time over the wall time of `--profile-updates` profiled updates, which
+the profiler itself slows, so a lower bound). With `--compare-cpu` the same updates also
+run on the CPU (2 threads), and the GPU/CPU ratio of examples/s is in the summary.
 """
 
 from __future__ import annotations
@@ -143,8 +147,11 @@ def in_child(*arguments: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    parser.add_argument("--precision", default="fp32", choices=("auto", "fp32", "bf16", "fp16"))
+    parser.add_argument(
+        "--precision", default="fp32", help="auto, fp32, bf16 or fp16; several: fp32,bf16"
+    )
     parser.add_argument("--updates", type=int, default=50)
+    parser.add_argument("--profile-updates", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--recipes", default=",".join(RECIPES))
     parser.add_argument("--compare-cpu", action="store_true", help="also on the CPU: the ratio")
@@ -157,30 +164,44 @@ def main() -> None:
     from train_throughput import embedded_cmudict
 
     prepared = embedded_cmudict(args.prepared)
-    results = {}
+    precisions = args.precision.split(",")
+    for precision in precisions:
+        if precision not in ("auto", "fp32", "bf16", "fp16"):
+            parser.error(f"--precision: auto, fp32, bf16 or fp16, not {precision!r}")
     for recipe in args.recipes.split(","):
-        entry: dict = {}
-        targets = [("device", args.device)] + ([("cpu", "cpu")] if args.compare_cpu else [])
-        for label, device in targets:
-            runs = [
-                in_child(recipe, prepared, device, args.precision, str(args.updates))
-                for _ in range(args.repeats)
-            ]
-            rates = [r["examples_per_s"] for r in runs]
-            entry[label] = {
-                **{k: runs[0][k] for k in ("device", "precision", "parameters", "memory_kind")},
-                "examples_per_s": round(statistics.median(rates), 1),
-                "runs": [round(r, 1) for r in rates],
-                "peak_memory_mb": max(r["peak_memory_mb"] for r in runs),
-            }
-        busy = busy_fraction(recipe, prepared, args.device, args.precision, args.updates)
-        entry["device"]["busy_fraction"] = None if busy is None else round(busy, 3)
-        if args.compare_cpu:
-            entry["device_over_cpu"] = round(
-                entry["device"]["examples_per_s"] / entry["cpu"]["examples_per_s"], 2
-            )
-        results[recipe] = entry
-    print(json.dumps({"benchmark": "device_training", "updates": args.updates, **results}))
+        for precision in precisions:
+            summary(args, recipe, prepared, precision)
+
+
+def emit(line: dict) -> None:
+    print(json.dumps({"benchmark": "device_training", **line}), flush=True)
+
+
+def summary(args: argparse.Namespace, recipe: str, prepared: str, precision: str) -> None:
+    """The runs of one recipe in one precision, each printed, then their summary."""
+    entry: dict = {"kind": "summary", "recipe": recipe, "updates": args.updates}
+    targets = [("device", args.device)] + ([("cpu", "cpu")] if args.compare_cpu else [])
+    for label, device in targets:
+        runs = []
+        for repeat in range(1, args.repeats + 1):
+            run = in_child(recipe, prepared, device, precision, str(args.updates))
+            emit({"kind": "run", "recipe": recipe, "repeat": repeat, **run})
+            runs.append(run)
+        rates = [r["examples_per_s"] for r in runs]
+        entry[label] = {
+            **{k: runs[0][k] for k in ("device", "precision", "parameters", "memory_kind")},
+            "examples_per_s": round(statistics.median(rates), 1),
+            "runs": [round(r, 1) for r in rates],
+            "peak_memory_mb": max(r["peak_memory_mb"] for r in runs),
+        }
+    busy = busy_fraction(recipe, prepared, args.device, precision, args.profile_updates)
+    entry["device"]["busy_fraction"] = None if busy is None else round(busy, 3)
+    entry["device"]["profiled_updates"] = args.profile_updates if busy is not None else None
+    if args.compare_cpu:
+        entry["device_over_cpu"] = round(
+            entry["device"]["examples_per_s"] / entry["cpu"]["examples_per_s"], 2
+        )
+    emit(entry)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,67 @@ os.environ["TRANSDUCE_NATIVE_BF16"] = "0"
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# Every test not marked `cuda` means the CPU, and runs as on a machine without a GPU on a
+# machine with one too: `train.device: auto`, `--device auto`, the precision `auto` picks
+# and `--nproc` (gloo) then take the CPU path, in the test processes (torch.cuda.is_available()
+# is False) and in the processes they start (an empty CUDA_VISIBLE_DEVICES). It is done
+# here, once for the session, so that module-scoped fixtures (a toy run trained for a whole
+# module) are on the CPU too; the tests marked `cuda` see the GPUs again (`gpus_visible`).
+# The precision is pinned above ($TRANSDUCE_NATIVE_BF16). The machine's own
+# CUDA_VISIBLE_DEVICES is kept in $TRANSDUCE_TESTS_CUDA_VISIBLE_DEVICES for pytest-xdist's
+# workers, which start from this process's environment.
+SAVED_VISIBLE = "TRANSDUCE_TESTS_CUDA_VISIBLE_DEVICES"
+UNSET = "<unset>"
+if SAVED_VISIBLE in os.environ:  # a pytest-xdist worker: see the machine's GPUs first
+    if os.environ[SAVED_VISIBLE] == UNSET:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ[SAVED_VISIBLE]
+else:
+    os.environ[SAVED_VISIBLE] = os.environ.get("CUDA_VISIBLE_DEVICES", UNSET)
+
+import torch  # noqa: E402  (after the environment is settled: CUDA reads it once)
+
+HAS_GPU = torch.cuda.is_available()  # the devices CUDA sees are fixed from here on
+_REAL_IS_AVAILABLE = torch.cuda.is_available
+NO_GPU = "torch sees no CUDA device (the tests marked cuda run on a machine with a GPU)"
+
+
+def hide_gpus() -> None:
+    """Run as on a machine without a GPU, here and in the processes started from here."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    torch.cuda.is_available = lambda: False
+
+
+def show_gpus() -> None:
+    """The machine's GPUs, here and in the processes started from here."""
+    if os.environ[SAVED_VISIBLE] == UNSET:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ[SAVED_VISIBLE]
+    torch.cuda.is_available = _REAL_IS_AVAILABLE
+
+
+hide_gpus()
+
+
+@pytest.fixture(scope="module")
+def gpus_visible():
+    """For a module of tests marked `cuda` (autouse there, so that its module-scoped
+    fixtures see the GPUs too): the GPUs, then hidden again."""
+    show_gpus()
+    yield
+    hide_gpus()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests marked `cuda` are skipped, with the reason, where torch sees no GPU."""
+    if HAS_GPU:
+        return
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(pytest.mark.skip(reason=NO_GPU))
+
 
 def transduce_env() -> dict[str, str]:
     """The environment for real subprocesses: this Python's scripts first on PATH."""
