@@ -576,6 +576,22 @@ def test_a_closed_pipe_is_quiet(ws: Path):
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS")
 @pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build needs more address space")
+def test_a_checkpoint_too_big_to_build_is_out_of_memory(ws: Path, tmp_path: Path):
+    """N16: a crafted checkpoint whose model cannot be allocated was "does not fit this
+    version of transduce" with torch's enforce text."""
+    from transduce import checkpoint
+
+    payload = checkpoint.load(ws / "run" / "best.pt")
+    payload["config"]["model"]["encoder_size"] = 200_000
+    crafted = tmp_path / "crafted.pt"
+    torch.save({k: v for k, v in payload.items() if k != "path"}, crafted)
+    result = cli("decode", crafted, ws / "source.txt", memory=3 << 30)
+    assert_one_line(result, "out of memory building the model of", "asked for", "more memory")
+    assert "enforce" not in result.stderr and "does not fit" not in result.stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS")
+@pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build needs more address space")
 def test_out_of_memory_names_the_size_and_the_option(ws: Path, tmp_path: Path):
     """Item 6: a huge model and a 300k-symbol training line under a 3 GB address space."""
     limit = 3 << 30

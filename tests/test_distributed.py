@@ -232,6 +232,23 @@ def test_nproc_1_is_one_process_in_a_process_group_that_trains_as_without(copy, 
     assert_close_weights(alone / "last.pt", grouped / "last.pt")
 
 
+def test_nproc_on_a_run_directory_in_use_is_refused_once(copy, tmp_path):
+    """N16: every rank said it (the refusal, and rank 1's "another process stopped")."""
+    from transduce.io import DirectoryLock
+    from transduce.outputs import LOCK
+
+    config = write_recipe(tmp_path / "r.yaml", copy, max_updates=2)
+    run = tmp_path / "run"
+    assert transduce("train", "-c", config, "-o", run).returncode == 0
+    with DirectoryLock(run / LOCK, run):  # as a run in progress holds it
+        refused = transduce("train", "-c", config, "-o", run, "--nproc", "2", "--resume")
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        f"error: {run}: in use by another transduce process (PID {os.getpid()}); "
+        "wait for it to end or stop it"
+    )
+
+
 def test_nproc_errors_are_one_line_with_the_status_of_rank_0(copy, tmp_path):
     config = write_recipe(tmp_path / "r.yaml", copy)
     refused = transduce(

@@ -23,7 +23,7 @@ from transduce.data import tokens
 from transduce.data.dataset import model_source, parse_split_line
 from transduce.data.formats import inflection_source, split_tags
 from transduce.data.vocab import Vocab
-from transduce.errors import CheckpointError, ConfigError, DataError
+from transduce.errors import CheckpointError, ConfigError, DataError, out_of_memory
 from transduce.models import Model
 from transduce.precision import decoding
 from transduce.special import SPACE
@@ -117,6 +117,13 @@ class Transducer:
             model = task.build_model(payload["vocab"])
             model.load_state_dict(payload["model"])
         except (KeyError, RuntimeError, ValueError) as error:
+            oom = out_of_memory(
+                error,
+                f"building the model of {payload.get('path')}",
+                "its configuration asks for more memory than this machine has",
+            )
+            if oom is not None:
+                raise oom from None
             raise CheckpointError(
                 f"{payload.get('path')}: does not fit this version of transduce ({error})"
             ) from None

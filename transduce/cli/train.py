@@ -119,7 +119,12 @@ def train_command(
             f"shipped recipe; give --config ./{local} for the file"
         )
     if nproc is not None:  # --nproc 1 too: one process under torchrun, in a process group
+        from transduce.io import DirectoryLock
         from transduce.launch import launch
+        from transduce.outputs import LOCK, RUN_MARKER
+
+        if (run_dir / RUN_MARKER).is_file():  # one of ours, maybe in use: said once, here,
+            DirectoryLock(run_dir / LOCK, run_dir).acquire().release()  # not by each rank
 
         arguments = ["--config", source, "--out", str(run_dir)]
         arguments += [part for value in overrides for part in ("--set", value)]
