@@ -476,3 +476,63 @@ def test_negative_positions_are_sinusoids_too():
     angle = positions.float().unsqueeze(-1) * rate  # 1 x 7 x 8
     expected = torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1).flatten(-2)
     assert torch.allclose(Positions("sinusoidal", 16, 0)(positions), expected, atol=1e-6)
+
+
+def test_a_source_end_symbol_is_counted_in_x_as_sockeye_counts_it():
+    """Issue 31's worked example: "use" to 3 phones and the end step, the attention on u, s,
+    e, e, delta 1. Sockeye appends </s> to the source (`data.source_eos`), so |X| = 4:
+    the authors' %mono 0.0 and L_MONO 0.250; without it |X| = 3: 50.0 and 0.188."""
+    from transduce.data.vocab import Vocab
+    from transduce.special import EOS_ID, SPECIALS
+
+    vocab = Vocab([*SPECIALS, "u", "s", "e"])
+    for end, mono, loss in ((True, 0.0, 0.25), (False, 50.0, 0.1875)):
+        vocab.end = end
+        ids = vocab.encode(["u", "s", "e"])
+        assert (ids[-1] == EOS_ID) == end and len(ids) == 3 + end
+        source = torch.tensor([ids])
+        attention = torch.zeros(1, 1, 4, len(ids))
+        for step, position in enumerate([0, 1, 2, 2]):
+            attention[0, 0, step, position] = 1.0
+        stats = MonotonicityStats(["attention"], delta=1.0)
+        stats.add(
+            attention,
+            source,
+            torch.ones_like(source, dtype=torch.bool),
+            torch.ones(1, 4, dtype=torch.bool),
+        )
+        assert stats.percent_authors(0) == pytest.approx(mono)
+        assert stats.loss_authors(0) == pytest.approx(loss)
+
+
+def test_source_eos_reaches_training_and_decoding(tmp_path: Path):
+    """`data.source_eos: true`: every source ends in </s> in training, in the checkpoint's
+    decoding (the test predictions are decoded again the same), and a tagger refuses it."""
+    from transduce.inference import Transducer
+    from transduce.special import EOS_ID
+    from transduce.tasks import check_task, make_task
+
+    prepared = write_task(tmp_path, "copy", n=150)
+    data = recipe(prepared, TINY_LSTM, max_updates=30, validate_every=15)
+    data["data"]["source_eos"] = True
+    run = tmp_path / "run"
+    Trainer(configuration.parse(data), run).run()
+    loaded = make_task(configuration.parse(data), torch.device("cpu")).load_data(prepared)
+    assert all(source[-1] == EOS_ID for source, _ in loaded.train)  # what training read
+    model = Transducer.from_checkpoint(run)
+    assert model.source_vocab.encode(["a", "b"])[-1] == EOS_ID
+    lines = (prepared / "test.tsv").read_text(encoding="utf-8").splitlines()
+    again = [p.texts[0] for p in model.transduce(lines, input_format="tsv")]
+    assert again == (run / "test.predictions").read_text(encoding="utf-8").splitlines()
+    without = Transducer.from_checkpoint(run)
+    without.source_vocab.end = False  # the same model without the end symbol differs
+    assert without.source_vocab.encode(["a", "b"])[-1] != EOS_ID
+    tagger = configuration.parse(
+        {
+            "data": {"prepared": str(prepared), "source_eos": True},
+            "model": {"name": "san_tagger"},
+            "train": {"select_on": "tagacc"},
+        }
+    )
+    with pytest.raises(ConfigError, match="data.source_eos: a tagger tags each word"):
+        check_task(tagger)

@@ -79,6 +79,9 @@ class DataConfig:
     # keep the most frequent fraction of the distinct source symbols, the rest are <unk>
     # (Dufter et al. 2020, Table 1b: 50% of the unique words for UD)
     vocab_fraction: float = 1.0
+    # an end symbol (</s>) after every source, as Sockeye appends one (Rios et al. 2021):
+    # the decoder can attend to it, and the monotonicity loss and %mono count it in |X|
+    source_eos: bool = False
 
     def check(self) -> list[str]:
         problems = _at_least(self, 1, "max_source_length", "max_target_length", "min_count")

@@ -78,6 +78,7 @@ class Transducer:
         self.device, self.bf16, self.precision_warning = task.device, task.bf16, precision_warning
         self.vocabs = {name: Vocab(symbols) for name, symbols in payload["vocab"].items()}
         self.source_vocab = self.vocabs["source"]
+        self.source_vocab.end = task.config.data.source_eos  # as in training
         self.target_vocab = self.vocabs["target"]
         self.sides = payload["sides"]
         self._segmenter = self._subword_segmenter()

@@ -4,8 +4,9 @@ for any model of the zoo through its attention B x K x T x S (K mechanisms).
 Definitions, shared by the training loss, the dev statistics in train.json and
 `transduce analyze-monotonicity`:
 
-- The **counted source positions** are the real source tokens (transduce sources carry no
-  end-of-sequence symbol); when a source has a `<sep>` (inflection, §4.1), only the
+- The **counted source positions** are the real source tokens, the end symbol `</s>`
+  included where the data has one (`data.source_eos`, as Sockeye appends it in the
+  authors' runs: |X| = |x| + 1); when a source has a `<sep>` (inflection, §4.1), only the
   positions right of its first `<sep>`: the tags and `<sep>` itself are left out.
   |X| is their number and j = 1 .. |X| their 1-based positions.
 - |Y| is the number of output steps, **end-of-sequence included** (every step attends).

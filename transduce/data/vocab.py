@@ -6,7 +6,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from transduce.special import SPECIALS, UNK_ID
+from transduce.special import EOS_ID, SPECIALS, UNK_ID
 
 
 class Vocab:
@@ -17,13 +17,14 @@ class Vocab:
             checkpoints hold).
     """
 
-    def __init__(self, symbols: Sequence[str]) -> None:
+    def __init__(self, symbols: Sequence[str], end: bool = False) -> None:
         if tuple(symbols[: len(SPECIALS)]) != SPECIALS:
             raise ValueError(f"a vocabulary starts with {SPECIALS}, not {tuple(symbols[:5])}")
         self.symbols = list(symbols)
         self.index = {s: i for i, s in enumerate(self.symbols)}
         if len(self.index) != len(self.symbols):
             raise ValueError("a vocabulary has each symbol once")
+        self.end = end  # `encode` appends </s> (a source vocabulary with data.source_eos)
 
     @classmethod
     def build(
@@ -48,9 +49,10 @@ class Vocab:
         return symbol in self.index
 
     def encode(self, symbols: Sequence[str]) -> list[int]:
-        """Ids of `symbols`; unknown symbols get the `<unk>` id."""
+        """Ids of `symbols`; unknown symbols get the `<unk>` id; then `</s>` where `end`."""
         index = self.index
-        return [index.get(s, UNK_ID) for s in symbols]
+        ids = [index.get(s, UNK_ID) for s in symbols]
+        return [*ids, EOS_ID] if self.end else ids
 
     def unknown(self, symbols: Sequence[str]) -> int:
         """How many of `symbols` are not in the vocabulary."""

@@ -69,6 +69,7 @@ class Seq2SeqTask(Task[TaskData]):
             )
         else:
             source, target = Vocab(vocabs["source"]), Vocab(vocabs["target"])
+        source.end = c.data.source_eos  # Sockeye's source </s>, in |X|
         test = splits.test
         return TaskData(
             splits.prepared,

@@ -173,6 +173,8 @@ class TaggingTask(Task[TaggingData]):
             )
         if config.loss.monotonicity.weight > 0:
             problems.append("loss.monotonicity: a tagger has no cross-attention to make monotone")
+        if config.data.source_eos:
+            problems.append("data.source_eos: a tagger tags each word; there is no source end")
         return problems
 
     @property
