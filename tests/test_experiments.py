@@ -279,6 +279,49 @@ def test_a_metric_scored_again_with_the_papers_options(tmp_path):
     assert "no test split it was tested on (looked for " in data["unscored"]["a.seed1"]
 
 
+def test_each_test_line_against_its_own_reference(tmp_path):
+    """score: {wer: {}, per: {average: word}, variants: each}: Rios et al.'s eval.py, where
+    a word with two pronunciations is two items (the default merges them into one)."""
+    cells = [spec.Cell("a", None, 1, "", ())]
+    fake_run(tmp_path, "a.seed1", {"per": 0.0, "wer": 0.0})
+    run = tmp_path / "runs" / "a.seed1"
+    from transduce.data.prepare import PrepareRequest, prepare
+
+    raw = {"train": "cat\tK AE T\ndog\tD AO G\n", "dev": "bat\tB AE T\n"}
+    raw["test"] = "cat\tK AE T\ncat\tK AA T\ndog\tD AO G\n"  # cat: two pronunciations
+    inputs = {}
+    for split, text in raw.items():
+        (tmp_path / f"{split}.tsv").write_text(text)
+        inputs[split] = [tmp_path / f"{split}.tsv"]
+    options = {"source_unit": "char", "target_unit": "symbol"}
+    prepare(PrepareRequest("tsv", run / "data", inputs=inputs, options=options))
+    (run / "test.predictions").write_text("K AE T\nK AE T\nD AO G\n")
+    options = {"wer": {}, "per": {"average": "word"}}
+    values = {}
+    for variants in ("merge", "each"):
+        experiment = spec.Experiment(
+            tmp_path / "e.yaml", cells, ["a"], [None], [1], ["wer", "per"], score=options,
+            variants=variants,
+        )  # fmt: skip
+        data = report.table(experiment, tmp_path)
+        values[variants] = {r["metric"]: r["values"] for r in data["rows"]}
+    assert values["merge"] == {"wer": [0.0], "per": [0.0]}  # cat: one item, a variant matched
+    assert values["each"]["wer"] == [pytest.approx(100 / 3)]  # line 2 against K AA T
+    assert values["each"]["per"] == [pytest.approx(100 * (1 / 3) / 3)]
+    text = report.markdown(data)
+    assert "### wer (scored again from test.predictions: each line against its own" in text
+    path = tmp_path / "grid.yaml"
+    path.write_text(
+        yaml.safe_dump({"systems": {"a": {"recipe": "g2p"}}, "score": {"variants": "x"}})
+    )
+    with pytest.raises(spec.ConfigError, match=r"score.variants: one of merge, each, not 'x'"):
+        spec.load(path)
+    path.write_text(
+        yaml.safe_dump({"systems": {"a": {"recipe": "g2p"}}, "score": {"variants": "each"}})
+    )
+    assert spec.load(path).variants == "each" and spec.load(path).score == {}
+
+
 def found_cells(directory: Path) -> list[str]:
     return sorted(p.name for p in (directory / "runs").iterdir())
 

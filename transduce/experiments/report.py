@@ -97,7 +97,9 @@ def scores(
             found[cell.id] = dict(report.get("test") or {})
             if experiment.score and report.get("test") is not None:
                 try:
-                    found[cell.id].update(rescore(cell.id, run_dir, report, experiment.score))
+                    found[cell.id].update(
+                        rescore(cell.id, run_dir, report, experiment.score, experiment.variants)
+                    )
                 except TransduceError as error:  # the cell counts without those metrics
                     for name in experiment.score:
                         found[cell.id].pop(name, None)
@@ -133,12 +135,17 @@ def best_dev(report: dict[str, Any]) -> dict[str, float]:
 
 
 def rescore(
-    cell: str, run_dir: Path, report: dict[str, Any], options: dict[str, dict[str, Any]]
+    cell: str,
+    run_dir: Path,
+    report: dict[str, Any],
+    options: dict[str, dict[str, Any]],
+    variants: str = "merge",
 ) -> dict[str, float]:
     """The metrics of `options` (METRIC: its options) scored again, as `transduce score`
     scores them, from the run's test.predictions against the prepared test split it was
     tested on (the one recorded in train.json, else RUN_DIR/data; either only if its hash
-    is the recorded one).
+    is the recorded one); `variants`: "each" scores every line against its own reference
+    (no merging of a source's lines, `--no-merge-variants`).
 
     Raises:
         TransduceError: no such test split, test.predictions changed since the run wrote
@@ -152,6 +159,7 @@ def rescore(
         test_candidates(run_dir, report),
         data.get("test_predictions_sha256"),
         options,
+        variants,
     )
 
 
@@ -169,6 +177,7 @@ def _rescore(
     candidates: list[Path],
     written: str | None,
     options: dict[str, dict[str, Any]],
+    variants: str = "merge",
 ) -> dict[str, float]:
     """`rescore` of a predictions file: the first candidate test split of the `expected`
     hash (any, if None); `written`: the hash the predictions had when written."""
@@ -187,7 +196,12 @@ def _rescore(
     if written and predictions.is_file() and sha256_file(predictions) != written:
         raise TransduceError(problem + "it changed since the run wrote it")
     request = ScoreRequest(
-        str(predictions), [str(same[0])], list(options), ref_col=2, metric_options=options
+        str(predictions),
+        [str(same[0])],
+        list(options),
+        ref_col=2,
+        metric_options=options,
+        merge_variants=False if variants == "each" else None,
     )
     try:
         result = score_request(request)[0]
@@ -234,6 +248,7 @@ def ensemble_scores(
                         list(dict.fromkeys(candidates)),
                         data.get("test_predictions_sha256"),
                         experiment.score,
+                        experiment.variants,
                     )
                 )
             except TransduceError as error:
@@ -323,6 +338,7 @@ def table(experiment: Experiment, directory: Path, split: str = "test") -> dict[
         "ensembles_not_done": not_decoded,  # not decoded (yet)
         "ensembles_out_of_date": stale,  # a member changed since: not shown
         "score": experiment.score,  # metrics scored again from test.predictions
+        "variants": experiment.variants,  # each: every test line against its own reference
         "unscored": unscored,  # cells that could not be: counted without those metrics
         "training_seconds": seconds,  # of each finished cell, over all its sessions
         # finished at a training limit, not by early stopping: maybe short of convergence
@@ -526,13 +542,19 @@ def markdown(data: dict[str, Any]) -> str:
         rows = [r for r in data["rows"] if r["metric"] == metric]
         scale = _column_scale(rows)  # one number format per metric
         with_datasets = any(r["dataset"] is not None for r in rows)
-        again = data.get("score", {}).get(metric)
-        how = ", ".join(f"{k}={v}" for k, v in again.items()) if again else ""
+        again = (data.get("score") or {}).get(metric)
+        how = [f"{k}={v}" for k, v in (again or {}).items()]
+        if data.get("variants") == "each":
+            how.append("each line against its own reference")
         dev = data.get("split") == "dev"
         out.append(
             f"### {metric}"
             + (" (dev: each run's best validation)" if dev else "")
-            + (f" (scored again from test.predictions: {how})" if again and not dev else "")
+            + (
+                f" (scored again from test.predictions{': ' if how else ''}{', '.join(how)})"
+                if again is not None and not dev
+                else ""
+            )
             + "\n"
         )
         head = (

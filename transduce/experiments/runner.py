@@ -346,6 +346,7 @@ def state(
         "references": experiment.references,
         "search": experiment.search,
         "baseline": experiment.baseline,
+        "variants": experiment.variants,
         "ensemble": None if experiment.ensemble is None else experiment.ensemble.as_dict(),
         "cells": cells,
         **({"ensembles": ensembles} if ensembles is not None else {}),
@@ -369,6 +370,7 @@ STATE_SHAPE: dict[str, tuple[type, ...]] = {
     "references": (dict, type(None)),
     "search": (dict, type(None)),
     "baseline": (str, type(None)),
+    "variants": (str, type(None)),
     "ensemble": (dict, type(None)),
 }
 
@@ -418,6 +420,7 @@ def read_state(directory: Path) -> Experiment:
             references=data.get("references") or {},
             search=data.get("search") or {},
             baseline=data.get("baseline"),
+            variants=data.get("variants") or "merge",
         )
     except FileNotFoundError:
         raise ConfigError(

@@ -44,7 +44,10 @@ to compare them with. Every cell is an ordinary run of `transduce train`.
                                   # Welch's t-test over the seeds (a search's trial by
                                   # its name, tuned-t3)
     score: {per: {average: word}} # optional: metrics the report scores again from each
-                                  # run's test.predictions, with these options (`score`'s)
+                                  # run's test.predictions, with these options (`score`'s);
+                                  # `variants: each` scores every test line against its
+                                  # own reference (a word's pronunciations not merged:
+                                  # Rios et al.'s eval.py), `merge` as `score` [merge]
     ensemble:                     # optional: once every seed of a (system, dataset) has
       systems: [soft]             # finished, decode its test split with the seeds' best
       mean: probability           # checkpoints as one ensemble (`transduce decode A B C`);
@@ -152,6 +155,9 @@ class Experiment:
     machine: dict[tuple[str, str, tuple[str, ...]], str] = field(default_factory=dict)
     # the system every other one is compared with (`report`: Welch's t over the seeds)
     baseline: str | None = None
+    # how `score:` reads a test split that repeats a source: "merge" (one item, as `score`
+    # does) or "each" (every line against its own reference)
+    variants: str = "merge"
 
     def published_value(self, system: str, dataset: str | None, metric: str) -> float | None:
         """The paper's number for a system (on a dataset, or `average`), if given."""
@@ -451,6 +457,7 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
         search,
         machine,
         baseline,
+        _check_variants(path, data.get("score")),
     )
 
 
@@ -711,11 +718,25 @@ def _check_ensemble_model(path: Path, system: str, config: configuration.Config)
         )
 
 
+VARIANTS = ("merge", "each")
+
+
+def _check_variants(path: Path, value: Any) -> str:
+    """score.variants: merge or each."""
+    chosen = value.get("variants", "merge") if isinstance(value, dict) else "merge"
+    if chosen not in VARIANTS:
+        raise _problem(path, "score.variants", f"one of {', '.join(VARIANTS)}, not {chosen!r}")
+    return str(chosen)
+
+
 def _check_score(path: Path, value: Any, metrics: list[str] | None) -> dict[str, dict[str, Any]]:
     """score: METRIC: {OPTION: VALUE}, checked as `transduce score` checks its options; a
-    metric the report shows (in `metrics`, when the file lists them)."""
+    metric the report shows (in `metrics`, when the file lists them). `variants` is not a
+    metric (`_check_variants`)."""
     if value is None:
         return {}
+    if isinstance(value, dict):
+        value = {k: v for k, v in value.items() if k != "variants"}
     if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
         raise _problem(path, "score", f"expected METRIC: {{OPTION: VALUE}}, got {value!r}")
     from transduce.scoring import ScoreRequest, make_metrics
