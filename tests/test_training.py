@@ -177,6 +177,20 @@ def test_early_stopping_and_plateau(tasks, tmp_path: Path):
     ]  # rate used until then
 
 
+@pytest.mark.parametrize(
+    ("stop_at_min_lr", "stop"),
+    [(True, "learning rate under min_lr (8e-07)"), (False, "no better dev acc in 3 validations")],
+)
+def test_the_run_stops_at_min_lr_or_only_by_patience(tasks, tmp_path: Path, stop_at_min_lr, stop):
+    schedule = {"type": "plateau", "patience": 1, "factor": 0.5, "min_lr": 8e-7}
+    schedule["stop_at_min_lr"] = stop_at_min_lr
+    data = recipe(
+        tasks["copy"], TINY_LSTM, max_epochs=50, patience=3, optimizer={"lr": 1e-6},
+        schedule=schedule,
+    )  # fmt: skip
+    assert train(tmp_path / "run", data)["stop"] == stop
+
+
 def test_schedules():
     parameter = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.Adam([parameter], lr=1.0)
@@ -196,6 +210,18 @@ def test_schedules():
     stops = [plateau.after_validation(v, lower_is_better=True) for v in (5, 4, 4, 4, 3, 3, 3)]
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
     assert stops == [False, False, False, False, False, False, True]
+    sockeye = Schedule(  # Sockeye's plateau-reduce: the rate falls on, nothing stops
+        configuration.ScheduleConfig(
+            type="plateau", patience=2, factor=0.1, min_lr=0.05, stop_at_min_lr=False
+        ),
+        optimizer,
+        1.0,
+    )
+    stops = [sockeye.after_validation(v, lower_is_better=True) for v in (5, 4, 4, 4, 3, 3, 3)]
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.01) and not any(stops)
+    for _ in range(2):
+        sockeye.after_validation(3, lower_is_better=True)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.001)  # below min_lr
     cosine = Schedule(
         configuration.ScheduleConfig(type="cosine", min_lr=0.1), optimizer, 1.0, max_updates=5
     )

@@ -192,7 +192,8 @@ class ScheduleConfig:
     constant: `lr` throughout. inverse_sqrt (Rios et al. 2021, Table 5): linear warm-up over
     `warmup` updates, then lr * sqrt(warmup / update). plateau (Wu et al. 2018 §8.2): multiply
     the rate by `factor` after `patience` validations without improvement of `monitor`
-    (the selected dev metric, or the dev loss), and stop training once it is below `min_lr`.
+    (the selected dev metric, or the dev loss), and stop training once it is below `min_lr`
+    (unless `stop_at_min_lr: false`, as Sockeye).
     cosine (Loshchilov and Hutter 2017, one cycle, no restart): from `lr` at update 1 down
     to `min_lr` at update `until` (default: train.max_updates) along half a cosine,
     min_lr + (lr - min_lr) (1 + cos(pi (u - 1) / (until - 1))) / 2, then `min_lr`: a run
@@ -212,6 +213,10 @@ class ScheduleConfig:
     factor: float = 0.5
     patience: int = 1
     min_lr: float = 1e-5
+    # plateau: stop training once the rate is below min_lr (Wu et al.'s code); false: the
+    # rate keeps falling and train.patience alone stops the run, as Sockeye's plateau-reduce
+    # scheduler does (the Rios et al. 2021 RNN recipes)
+    stop_at_min_lr: bool = True
     monitor: Literal["metric", "loss"] = "metric"
 
     def check(self) -> list[str]:

@@ -71,7 +71,7 @@ class Schedule:
             self.lr *= self.config.factor
             self.bad = 0
             self._apply()
-        return self.lr < self.config.min_lr
+        return self.config.stop_at_min_lr and self.lr < self.config.min_lr
 
     def state_dict(self) -> dict[str, Any]:
         return {"lr": self.lr, "best": self.best, "bad": self.bad, "until": self.until}

@@ -188,7 +188,8 @@ class Limits:
             return f"{defaults.STOP_AT_LIMIT}max_minutes ({t.max_minutes})"
         if t.patience is not None and progress.bad_validations >= t.patience:
             return f"no better dev {t.select_on} in {t.patience} validations"
-        if t.schedule.type == "plateau" and self.schedule.lr < t.schedule.min_lr:
+        stops = t.schedule.type == "plateau" and t.schedule.stop_at_min_lr
+        if stops and self.schedule.lr < t.schedule.min_lr:
             return f"learning rate under min_lr ({t.schedule.min_lr})"
         return None
 
