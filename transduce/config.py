@@ -260,6 +260,9 @@ class TrainConfig:
     # in RUN_DIR/checkpoints/, for `transduce average` (0: only best.pt and last.pt)
     keep_best: int = 0
     keep_last: int = 0
+    # start a new run from a trained model's weights (RUN_DIR: its best.pt, or a checkpoint
+    # file): fine-tuning with this recipe and data (transduce.finetune)
+    init_from: str | None = None
     # what records each validation as it happens: RUN_DIR/metrics.csv, and TensorBoard
     # event files in RUN_DIR/tensorboard/ (the `tensorboard` extra) (transduce.runlog)
     log: list[Literal["csv", "tensorboard"]] = field(default_factory=lambda: ["csv"])

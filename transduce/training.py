@@ -253,6 +253,10 @@ class Trainer:
         self.task = task
         limit_gpu_memory(task.device)
         check_logs(config.train.log)
+        if config.train.init_from is not None and not resume:  # refused before any write
+            from transduce.finetune import check
+
+            check(config.train.init_from, config)
         self.log: MetricsLog | None = None  # rank 0's, from the start of the loop
         self.device, self.precision = task.device, task.precision  # batches and model: one device
         self.scaler = scaler(self.device, self.precision)
@@ -264,6 +268,7 @@ class Trainer:
         )
         self.notes: list[str] = []  # what setup has to say, said once the run is sure to start
         self._resumed_at: int | None = None  # the update a resumed session started at
+        self.initialized: dict[str, Any] | None = None  # what train.init_from loaded
 
     def batches(self, data: TaskData, epoch: int) -> list[list[int]]:
         """The batches of epoch `epoch` (0-based): the same order when a run is resumed."""
@@ -295,6 +300,12 @@ class Trainer:
             message = self.task.initialize(model, data)
             if message:
                 self.notes.append(message)
+            if t.init_from is not None:  # fine-tuning: the trained weights, row by symbol
+                from transduce.finetune import describe, init_from
+
+                vocabs = {k: v.symbols for k, v in data.vocabs.items()}
+                self.initialized = init_from(model, vocabs, t.init_from, c)
+                self.notes.append(describe(self.initialized))
         model = model.to(self.device)
         self.notes.append(f"model {c.model_name}: {model.parameter_count():,} parameters")
         where = f"{self.device}, {self.precision}"
@@ -321,6 +332,7 @@ class Trainer:
             schedule.load_state_dict(training["schedule"])
             if training.get("scaler") and self.scaler.is_enabled():
                 self.scaler.load_state_dict(training["scaler"])
+            self.initialized = training.get("init_from")
             progress, warnings = Progress.restore(training.get("progress"), state["path"])
             self.notes.extend(warnings)
             progress.stop = None
@@ -742,6 +754,7 @@ class Trainer:
                 "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
                 "rng": rng,
                 "progress": asdict(progress),
+                "init_from": self.initialized,  # kept for the train.json of a resumed run
             },
             "versions": versions(),
         }
@@ -818,6 +831,7 @@ class Trainer:
             },
             "vocab": {"source": len(data.source_vocab), "target": len(data.target_vocab)},
             "parameters": model.parameter_count(),
+            "init_from": self.initialized,  # the weights it started from (fine-tuning)
             "device": str(self.device),
             "precision": self.precision,  # what train.precision ran as on this device
             "processes": self.world.size,
