@@ -36,6 +36,25 @@ class Prediction:
 
     texts: list[str] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)  # none where the task ranks none
+    symbols: list[list[str]] = field(default_factory=list)  # each output's symbols
+    source: list[str] = field(default_factory=list)  # the input symbols, as the model read them
+
+
+@dataclass
+class Explanation:
+    """What a sequence-to-sequence model says of one output of one input (`explain`): the
+    probability of each output symbol given the input and the symbols before it, the end
+    of the sequence last; their product, as a log-probability (no length penalty); and,
+    for each output symbol, the input position its attention weighs most (soft attention:
+    the attention's argmax, averaged over heads and layers; hard attention: the argmax of
+    the alignment posterior), as Pharaoh `i-j` pairs (input i, output j, both from 0)."""
+
+    symbol_probs: list[float]
+    log_prob: float
+    alignment: list[tuple[int, int]]
+
+    def pharaoh(self) -> str:
+        return " ".join(f"{i}-{j}" for i, j in self.alignment)
 
 
 RAW_SAMPLE = 10  # lines that decide whether raw input is really a prepared split
@@ -317,9 +336,56 @@ class Transducer:
         predictions = [Prediction() for _ in lines]
         outputs = self.task.predict(self.model, self.vocabs, sources, options)
         side = self.sides["target"]
-        for index, candidates in zip(where, outputs):
+        for index, candidates, source in zip(where, outputs, sources):
             predictions[index] = Prediction(
                 [tokens.detokenize(c.symbols, side) for c in candidates],
                 [c.score for c in candidates if c.score is not None],
+                [list(c.symbols) for c in candidates],
+                list(source),
             )
         return predictions
+
+    def explain(
+        self, predictions: Sequence[Prediction], batch_size: int = 64
+    ) -> list[list[Explanation]]:
+        """For each output of each prediction (of `transduce`), its symbol probabilities
+        and alignment (`Explanation`), from one pass of the model reading the input and
+        that output (teacher-forced: the distributions the search stepped through).
+
+        Raises:
+            ConfigError: a tagger (no output sequence) or an ensemble (several models).
+        """
+        from transduce.data.batching import collate
+        from transduce.models import Seq2SeqModel
+
+        if not isinstance(self.model, Seq2SeqModel) or len(self.members) > 1:
+            raise ConfigError(
+                f"a {getattr(self.model, 'name', 'tagging')} model: symbol probabilities and "
+                "alignments are of one sequence-to-sequence model (not a tagger, not an ensemble)"
+            )
+        pairs = [(p.source, o) for p in predictions for o in p.symbols]
+        found: list[Explanation] = []
+        for start in range(0, len(pairs), batch_size):
+            chunk = pairs[start : start + batch_size]
+            sources = [self.source_vocab.encode(s) for s, _ in chunk]
+            outputs = [self.target_vocab.encode(o) for _, o in chunk]
+            batch = collate(sources, outputs).to(self.device)
+            with torch.inference_mode(), self.autocast():
+                result = self.model(batch)
+            log_probs = result.log_probs.float().gather(-1, batch.target_out.unsqueeze(-1))
+            attention = result.attention.float().mean(dim=1)  # B x T x S
+            for row, (source, output) in enumerate(zip(sources, outputs)):
+                steps = log_probs[row, : len(output) + 1, 0].cpu()  # the end last
+                weights = attention[row, : len(output), : len(source)]
+                found.append(
+                    Explanation(
+                        steps.exp().tolist(),
+                        float(steps.double().sum()),
+                        [(int(i), j) for j, i in enumerate(weights.argmax(dim=-1).tolist())],
+                    )
+                )
+        out: list[list[Explanation]] = []
+        for prediction in predictions:
+            out.append(found[: len(prediction.symbols)])
+            found = found[len(prediction.symbols) :]
+        return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -110,6 +110,22 @@ def decode_command(
         str | None,
         typer.Option(help="Write a JSON report (options, counts, words/s).", show_default=False),
     ] = None,
+    scores: Annotated[
+        bool,
+        typer.Option(
+            "--scores",
+            help="A JSON line per input: each output's text, search score, log-probability "
+            "and the probability of each symbol.",
+        ),
+    ] = False,
+    alignment: Annotated[
+        bool,
+        typer.Option(
+            "--alignment",
+            help="Each output's input position per output symbol, Pharaoh i-j pairs (a "
+            "column after the output; in the JSON of --scores).",
+        ),
+    ] = False,
     verbosity: Verbosity = None,
 ) -> None:
     """Transduce input lines with a trained model: one output line per input line."""
@@ -144,15 +160,22 @@ def decode_command(
         predictions = transducer.transduce(
             lines, display(input), input_format.value, options=options, first_line=first
         )
+        explained = transducer.explain(predictions) if scores or alignment else None
         seconds += time.perf_counter() - start
-        for number, prediction in enumerate(predictions, first):
-            if nbest == 1:
-                out.write((prediction.texts[0] if prediction.texts else "") + "\n")
+        for index, (number, prediction) in enumerate(enumerate(predictions, first)):
+            said = explained[index] if explained is not None else []
+            if scores:
+                out.write(_scores_line(number, prediction, said, alignment) + "\n")
+            elif nbest == 1:
+                text = prediction.texts[0] if prediction.texts else ""
+                out.write(text + (f"\t{said[0].pharaoh() if said else ''}" if alignment else ""))
+                out.write("\n")
             elif not prediction.texts:  # an empty input line: one line, nothing in it
-                out.write(f"{number}\t\t\n")
+                out.write(f"{number}\t\t" + ("\t" if alignment else "") + "\n")
             else:
-                for text, score in zip(prediction.texts, prediction.scores):
-                    out.write(f"{number}\t{text}\t{score:.6f}\n")
+                for k, (text, score) in enumerate(zip(prediction.texts, prediction.scores)):
+                    column = f"\t{said[k].pharaoh()}" if alignment else ""
+                    out.write(f"{number}\t{text}\t{score:.6f}{column}\n")
         out.flush()  # a line in, a line out: the output of each batch as soon as it is ready
         count += len(lines)
         decoded += sum(1 for p in predictions if p.texts)
@@ -186,3 +209,23 @@ def decode_command(
                 "versions": versions(),
             },
         )
+
+
+def _scores_line(number: int, prediction: Any, explained: list[Any], alignment: bool) -> str:
+    """`--scores`: the JSON line of one input line."""
+    import json
+
+    outputs = []
+    for k, text in enumerate(prediction.texts):
+        said = explained[k]
+        entry = {
+            "text": text,
+            "score": prediction.scores[k] if k < len(prediction.scores) else None,
+            "log_prob": said.log_prob,
+            "symbols": prediction.symbols[k],
+            "symbol_probs": said.symbol_probs,  # one per symbol, then the end
+        }
+        if alignment:
+            entry["alignment"] = said.pharaoh()
+        outputs.append(entry)
+    return json.dumps({"line": number, "outputs": outputs}, ensure_ascii=False)
