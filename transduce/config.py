@@ -315,11 +315,16 @@ class DecodeConfig:
     nbest: int = 1
     max_output_length: int | None = None  # None: 2 * |x| + 10
     batch_size: int = 256
+    # of the nbest, the best ones until their probabilities (exp of the log-probability,
+    # no length penalty) add up to at least this; None: all nbest
+    prob_mass: float | None = None
 
     def check(self) -> list[str]:
         problems = _at_least(self, 1, "beam", "nbest", "max_output_length", "batch_size")
         if self.nbest > self.beam:
             problems.append(f"nbest ({self.nbest}) cannot exceed beam ({self.beam})")
+        if self.prob_mass is not None and not 0 < self.prob_mass <= 1:
+            problems.append(f"prob_mass: must be in (0, 1], not {self.prob_mass}")
         return problems
 
 

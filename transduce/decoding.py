@@ -15,6 +15,7 @@ the best `beam` that do not. A sentence is done when `beam` hypotheses have fini
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -168,11 +169,27 @@ def beam_search(
 def decode_batch(
     model: Seq2SeqModel, batch: Batch, options: DecodeConfig
 ) -> list[list[Hypothesis]]:
-    """Greedy search for beam 1 (and one hypothesis), beam search otherwise."""
+    """Greedy search for beam 1 (and one hypothesis), beam search otherwise; with
+    `prob_mass`, each sentence's hypotheses only as far as `up_to_mass` keeps them."""
     o = options
     if o.beam == 1 and o.nbest == 1:
         return [[h] for h in greedy(model, batch, o.max_output_length)]
-    return beam_search(model, batch, o.beam, o.length_penalty, o.nbest, o.max_output_length)
+    found = beam_search(model, batch, o.beam, o.length_penalty, o.nbest, o.max_output_length)
+    if o.prob_mass is None:
+        return found
+    return [up_to_mass(hyps, o.prob_mass) for hyps in found]
+
+
+def up_to_mass(hypotheses: list[Hypothesis], mass: float) -> list[Hypothesis]:
+    """The best hypotheses (in their order) until their probabilities, exp(score), add up
+    to at least `mass`; all of them if they never do."""
+    kept, total = [], 0.0
+    for hypothesis in hypotheses:
+        kept.append(hypothesis)
+        total += math.exp(hypothesis.score)
+        if total >= mass:
+            break
+    return kept
 
 
 def decode_all(

@@ -110,6 +110,15 @@ def decode_command(
         str | None,
         typer.Option(help="Write a JSON report (options, counts, words/s).", show_default=False),
     ] = None,
+    prob_mass: Annotated[
+        float | None,
+        typer.Option(
+            "--prob-mass",
+            metavar="P",
+            help="Of the --nbest, only the best ones until their probabilities add up to P.",
+            show_default=False,
+        ),
+    ] = None,
     scores: Annotated[
         bool,
         typer.Option(
@@ -135,6 +144,7 @@ def decode_command(
             "beam": beam,
             "length_penalty": length_penalty,
             "nbest": nbest,
+            "prob_mass": prob_mass,
             "max_output_length": max_output_length,
             "batch_size": batch_size,
         },
@@ -195,6 +205,7 @@ def decode_command(
                     "beam": options.beam,
                     "length_penalty": options.length_penalty,
                     "nbest": options.nbest,
+                    "prob_mass": options.prob_mass,
                     "batch_size": options.batch_size,
                     "max_output_length": options.max_output_length,
                     "ensemble_mean": ensemble_mean.value if len(models) > 1 else None,
