@@ -132,6 +132,9 @@ class Check:
         except subprocess.TimeoutExpired:
             code = None
             stop(process)
+        except BaseException:  # Ctrl-C here: the child has a session of its own, stop it
+            stop(process)
+            raise
         reader.join(timeout=10)
         return code, time.monotonic() - start, "".join(lines)
 
@@ -187,8 +190,11 @@ class Sampler:
     def close(self) -> None:
         if self.process is not None:
             self.process.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
+            try:
                 self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
 
 def share(check: Check, part: str, tiny: bool, later: int) -> float:
@@ -308,7 +314,10 @@ def main_part(check: Check, device: str, tiny: bool, sampler: Sampler) -> None:
 def bench_part(check: Check, device: str, tiny: bool) -> None:
     seconds = share(check, "bench", tiny, later=1)
     command = [sys.executable, REPO / "benchmarks" / "device_training.py", "--device", device]
-    command += ["--precision", "fp32,bf16"]
+    from transduce.precision import bf16_works
+
+    # bf16 where the device runs it (not on GPUs before Ampere, nor CPUs without it)
+    command += ["--precision", "fp32,bf16" if bf16_works(device) else "fp32"]
     if tiny:
         command += ["--updates", "3", "--repeats", "1", "--profile-updates", "2"]
     else:

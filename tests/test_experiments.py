@@ -319,7 +319,11 @@ def test_each_test_line_against_its_own_reference(tmp_path):
     path.write_text(
         yaml.safe_dump({"systems": {"a": {"recipe": "g2p"}}, "score": {"variants": "each"}})
     )
-    assert spec.load(path).variants == "each" and spec.load(path).score == {}
+    with pytest.raises(spec.ConfigError, match=r"score.variants: name the metrics"):
+        spec.load(path)
+    both = {"variants": "each", "wer": {}}
+    path.write_text(yaml.safe_dump({"systems": {"a": {"recipe": "g2p"}}, "score": both}))
+    assert spec.load(path).variants == "each" and spec.load(path).score == {"wer": {}}
 
 
 def found_cells(directory: Path) -> list[str]:
@@ -645,6 +649,13 @@ def test_cells_are_placed_on_the_least_busy_gpu_up_to_per_gpu(tmp_path, monkeypa
     assert executor.place(["2"]) == "5"
     assert executor.place(["2", "5", "5"]) == "2"
     assert executor.place(["2", "5", "2", "5"]) is None  # each has its 2
+    shows = "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES', 'none'))"
+    executor.command = lambda cell: [sys.executable, "-c", shows]  # type: ignore[method-assign]
+    cells = [spec.Cell("g", None, 1, "r", ()), spec.Cell("c", None, 1, "r", (), device="cpu")]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    executor.run(cells, lambda outcomes: None)
+    seen = {c.id: executor.log(c).read_text().strip() for c in cells}
+    assert seen == {"g.seed1": "2", "c.seed1": "none"}  # a train.device: cpu cell gets none
     env = executor.environment("5")
     assert env["CUDA_VISIBLE_DEVICES"] == "5" and env["TRANSDUCE_GPU_MEMORY"] == "0.25"
     assert "TRANSDUCE_GPU_MEMORY" not in runner.LocalExecutor(tmp_path, 1, 1).environment(None)
@@ -655,7 +666,7 @@ def test_cells_are_placed_on_the_least_busy_gpu_up_to_per_gpu(tmp_path, monkeypa
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert runner.visible_gpus() == ["0", "1"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,7")  # this process's own: theirs too
     assert runner.visible_gpus() == ["3", "7"]

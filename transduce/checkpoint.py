@@ -133,7 +133,10 @@ def check_compatible(payloads: list[dict[str, Any]], fields: dict[str, str], why
     first = payloads[0]
     for payload in payloads[1:]:
         for key, what in fields.items():
-            if _field(payload, key) != _field(first, key):
+            mine, theirs = _field(payload, key), _field(first, key)
+            if key in ABSENT_IS_FALSE:  # a checkpoint older than the option has none
+                mine, theirs = bool(mine), bool(theirs)
+            if mine != theirs:
                 many = what.endswith("s")  # vocabularies, BPE models; a family, a tokenization
                 raise CheckpointError(
                     f"{payload.get('path')}: its {what} {'differ' if many else 'differs'} "
@@ -142,7 +145,13 @@ def check_compatible(payloads: list[dict[str, Any]], fields: dict[str, str], why
 
 
 # what decoding reads besides the weights: one tokenization and one pair of vocabularies
-DECODING_FIELDS = {"vocab": "vocabularies", "sides": "tokenization", "subwords": "BPE models"}
+ABSENT_IS_FALSE = {"config.data.source_eos"}
+DECODING_FIELDS = {
+    "vocab": "vocabularies",
+    "sides": "tokenization",
+    "subwords": "BPE models",
+    "config.data.source_eos": "source end symbol",
+}
 
 
 class Checkpointer:

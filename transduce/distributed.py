@@ -98,7 +98,7 @@ class World:
         when they are absent)."""
         try:
             size = int(os.environ.get("WORLD_SIZE", "1"))
-            if size <= 1 and "RANK" not in os.environ:
+            if size <= 1 and not ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
                 return cls()
             local = int(os.environ.get("LOCAL_WORLD_SIZE", str(size)))
             rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))

@@ -47,7 +47,8 @@ class Explanation:
     of the sequence last; their product, as a log-probability (no length penalty); and,
     for each output symbol, the input position its attention weighs most (soft attention:
     the attention's argmax, averaged over heads and layers; hard attention: the argmax of
-    the alignment posterior), as Pharaoh `i-j` pairs (input i, output j, both from 0)."""
+    the alignment posterior p(a_i = j | y, x), or of its prior with input feeding), as
+    Pharaoh `i-j` pairs (input i, output j, both from 0; never a source end symbol)."""
 
     symbol_probs: list[float]
     log_prob: float
@@ -345,6 +346,16 @@ class Transducer:
             )
         return predictions
 
+    def check_explain(self) -> None:
+        """A `ConfigError` unless `explain` can explain this model's outputs."""
+        from transduce.models import Seq2SeqModel
+
+        if not isinstance(self.model, Seq2SeqModel) or len(self.members) > 1:
+            raise ConfigError(
+                f"a {getattr(self.model, 'name', 'tagging')} model: symbol probabilities and "
+                "alignments are of one sequence-to-sequence model (not a tagger, not an ensemble)"
+            )
+
     def explain(
         self, predictions: Sequence[Prediction], batch_size: int = 64
     ) -> list[list[Explanation]]:
@@ -356,13 +367,8 @@ class Transducer:
             ConfigError: a tagger (no output sequence) or an ensemble (several models).
         """
         from transduce.data.batching import collate
-        from transduce.models import Seq2SeqModel
 
-        if not isinstance(self.model, Seq2SeqModel) or len(self.members) > 1:
-            raise ConfigError(
-                f"a {getattr(self.model, 'name', 'tagging')} model: symbol probabilities and "
-                "alignments are of one sequence-to-sequence model (not a tagger, not an ensemble)"
-            )
+        self.check_explain()
         pairs = [(p.source, o) for p in predictions for o in p.symbols]
         found: list[Explanation] = []
         for start in range(0, len(pairs), batch_size):
@@ -372,11 +378,19 @@ class Transducer:
             batch = collate(sources, outputs).to(self.device)
             with torch.inference_mode(), self.autocast():
                 result = self.model(batch)
+            posterior = None
+            if hasattr(self.model, "alignment_posterior"):  # hard attention (it needs
+                with torch.no_grad(), self.autocast():  # autograd: no inference mode)
+                    try:
+                        posterior = self.model.alignment_posterior(batch)
+                    except ValueError:  # with input feeding: intractable, the prior then
+                        posterior = None
             log_probs = result.log_probs.float().gather(-1, batch.target_out.unsqueeze(-1))
-            attention = result.attention.float().mean(dim=1)  # B x T x S
-            for row, (source, output) in enumerate(zip(sources, outputs)):
+            weighed = result.attention if posterior is None else posterior
+            attention = weighed.float().mean(dim=1)  # B x T x S
+            for row, ((symbols, _), output) in enumerate(zip(chunk, outputs)):
                 steps = log_probs[row, : len(output) + 1, 0].cpu()  # the end last
-                weights = attention[row, : len(output), : len(source)]
+                weights = attention[row, : len(output), : len(symbols)]  # not a source </s>
                 found.append(
                     Explanation(
                         steps.exp().tolist(),

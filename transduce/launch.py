@@ -66,6 +66,10 @@ def launch(nproc: int, config: configuration.Config, arguments: list[str]) -> in
 
     check_task(config)  # what every process would refuse, refused once here
     check(config.train.log)
+    if config.train.init_from is not None and "--resume" not in arguments:
+        from transduce.finetune import check as check_start
+
+        check_start(config.train.init_from, config)
     where = device(config.train.device)
     choose(config.train.precision, where)
     if where.type == "cuda" and nproc > torch.cuda.device_count():

@@ -161,6 +161,8 @@ def decode_command(
     transducer = Transducer.ensemble(payloads, device.value, bf16, ensemble_mean.value)
     if transducer.precision_warning:
         ui.warn(transducer.precision_warning)
+    if scores or alignment:
+        transducer.check_explain()  # before anything is decoded
     out = sys.stdout
     seconds, count, decoded = 0.0, 0, 0
     # up to 16 batches at a time while input keeps coming: length bucketing across them

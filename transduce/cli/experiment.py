@@ -161,6 +161,8 @@ def run_command(
     gpus = [] if ray else runner.visible_gpus()
     if (per_gpu is not None or gpu_memory is not None) and not ray and not gpus:
         raise ConfigError("--per-gpu and --gpu-memory: torch sees no GPU on this machine")
+    if all(c.device == "cpu" for c in chosen_cells):  # train.device: cpu: no GPU to share
+        gpus = []
     per_gpu = per_gpu or runner.PER_GPU
     directory = out or Path("experiments") / loaded.path.stem
     if directory.exists() and not directory.is_dir():

@@ -267,8 +267,9 @@ class LocalExecutor(Executor):
         with self.interrupts():
             while pending or running:
                 while pending and len(running) < self.workers and not self.stopping:
-                    gpu = self.place(placed.values()) if self.gpus else None
-                    if self.gpus and gpu is None:
+                    on_gpu = bool(self.gpus) and pending[0].device != "cpu"
+                    gpu = self.place(placed.values()) if on_gpu else None
+                    if on_gpu and gpu is None:
                         break  # every GPU has its `per_gpu` cells
                     cell = pending.pop(0)
                     command = self.command(cell)

@@ -112,6 +112,7 @@ class Cell:
     seed: int
     recipe: str  # a shipped name or a file path
     overrides: tuple[str, ...]  # --set KEY=VALUE, in order
+    device: str = "auto"  # its train.device: the local executor gives a GPU to auto and cuda
 
     @property
     def id(self) -> str:
@@ -441,7 +442,8 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
             wanted = (t.device, t.precision, tuple(t.log))
             machine.setdefault(wanted, where + (f", dataset {dataset}" if dataset else ""))
             for seed in seeds:
-                cells.append(Cell(name, dataset, seed, recipe, (*overrides, f"train.seed={seed}")))
+                seeded = (*overrides, f"train.seed={seed}")
+                cells.append(Cell(name, dataset, seed, recipe, seeded, t.device))
     return Experiment(
         path,
         cells,
@@ -722,10 +724,14 @@ VARIANTS = ("merge", "each")
 
 
 def _check_variants(path: Path, value: Any) -> str:
-    """score.variants: merge or each."""
+    """score.variants: merge or each, beside the metrics it applies to."""
     chosen = value.get("variants", "merge") if isinstance(value, dict) else "merge"
     if chosen not in VARIANTS:
         raise _problem(path, "score.variants", f"one of {', '.join(VARIANTS)}, not {chosen!r}")
+    if isinstance(value, dict) and "variants" in value and len(value) == 1:
+        raise _problem(
+            path, "score.variants", "name the metrics to score again beside it, e.g. wer: {}"
+        )
     return str(chosen)
 
 

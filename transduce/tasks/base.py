@@ -304,8 +304,11 @@ class Task(ABC, Generic[D]):
         """Raise a `ConfigError` for decoding options the task cannot honour."""
 
     def input_limit(self, model: Model) -> int | None:
-        """The most input symbols `predict` takes (None: any number)."""
-        return model.max_length
+        """The most input symbols `predict` takes (None: any number): the model's length,
+        less the source end symbol where the data has one (`data.source_eos`)."""
+        if model.max_length is None:
+            return None
+        return model.max_length - int(self.config.data.source_eos)
 
     @abstractmethod
     def predict(

@@ -69,7 +69,8 @@ class Seq2SeqTask(Task[TaskData]):
             )
         else:
             source, target = Vocab(vocabs["source"]), Vocab(vocabs["target"])
-        source.end = c.data.source_eos  # Sockeye's source </s>, in |X|
+        if c.data.source_eos:  # Sockeye's source </s>, in |X| (its own object: a shared
+            source = Vocab(source.symbols, end=True)  # vocabulary's targets have none)
         test = splits.test
         return TaskData(
             splits.prepared,
@@ -104,7 +105,11 @@ class Seq2SeqTask(Task[TaskData]):
         longest = {
             "train": max(max(len(s), len(g) + 1) for s, g in data.train),  # + BOS
             "dev": max(len(s) for s, _ in data.dev),
-            "test": max(map(len, data.test_eval.sources)) if data.test_eval else 0,
+            "test": (
+                max(map(len, data.test_eval.sources)) + int(data.vocabs["source"].end)
+                if data.test_eval
+                else 0
+            ),
         }
         for split, length in longest.items():
             if length > limit:
