@@ -152,7 +152,7 @@ def test_score_stdin(run, g2p):
         (["--ref-col", "3"], ["no column 3"]),
         (["-m", "acuracy"], ["'acuracy' is not one of", "see: transduce score --help"]),
         (["--unit", "word"], ["'word' is not one of"]),
-        (["--ref-col", "two"], ["Invalid value for '--ref-col'", "integer"]),
+        (["--ref-col", "two"], ["Invalid value for '--ref-col'", "int"]),
         (["--bootstrap", "10"], ["--bootstrap takes at least 100"]),
     ],
 )

@@ -41,8 +41,10 @@ DEFAULT_UNIT = Unit("auto")
 _IN, _OUT, _OPTS = "Input", "Output", "Metric options"
 
 
-def _option(help: str, panel: str, **kwargs: Any) -> Any:
-    return typer.Option(help=help, rich_help_panel=panel, case_sensitive=False, **kwargs)
+def _option(*args: str, **kwargs: Any) -> Any:
+    """An option of `score`: [its flag,] its help, its help panel."""
+    *names, help, panel = args
+    return typer.Option(*names, help=help, rich_help_panel=panel, case_sensitive=False, **kwargs)
 
 
 def score_command(
@@ -66,6 +68,7 @@ def score_command(
     unit: Annotated[
         Unit,
         _option(
+            "--unit",  # named: typer 0.27 made "--UNIT" of the metavar of an unnamed enum option
             "symbol (whitespace-separated tokens), char (characters, a space being one), "
             "char-nospace (characters but spaces) or auto (symbol when most references have "
             "spaces; a prepared split: its target's unit).",
