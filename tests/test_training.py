@@ -135,7 +135,8 @@ def test_checkpoints_and_report(tasks, tmp_path: Path):
     payload = torch.load(run / "best.pt", weights_only=True)  # plain containers only
     assert payload["format"] == "transduce.checkpoint/1" and payload["model_name"] == "lstm"
     assert payload["vocab"]["source"][:5] == ["<pad>", "<s>", "</s>", "<unk>", "<sep>"]
-    assert set(payload["training"]) == {"optimizer", "schedule", "scaler", "rng", "progress"}
+    training = {"optimizer", "schedule", "scaler", "rng", "progress", "init_from"}
+    assert set(payload["training"]) == training and payload["training"]["init_from"] is None
     assert report["updates"] == 30 and len(report["history"]) == 3
     entry = report["history"][0]
     assert set(entry) == {
