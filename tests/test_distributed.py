@@ -178,6 +178,19 @@ def transduce(*args: str | Path, env: dict | None = None) -> subprocess.Complete
     )
 
 
+def nproc_2(config: Path, run: Path) -> subprocess.Popen:
+    """`transduce train --nproc=2` in a process group of its own (as a terminal's foreground
+    job; not the test's), its stderr piped."""
+    command = [sys.executable, "-m", "transduce", "train", "-c", str(config), "-o", str(run)]
+    return subprocess.Popen(
+        [*command, "--nproc=2"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=transduce_env(),
+        start_new_session=True,
+    )
+
+
 def test_two_processes_under_torchrun_match_one_process(copy, tmp_path):
     """A real `torchrun --nproc-per-node 2` with gloo: the same validations and weights
     as one process on the same batches; only rank 0 writes; a run of two processes
@@ -281,23 +294,7 @@ def test_ctrl_c_stops_every_process_after_its_update(copy, tmp_path):
         tmp_path / "r.yaml", copy, max_updates=100_000, validate_every=50, max_epochs=None
     )
     run = tmp_path / "run"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "transduce",
-            "train",
-            "-c",
-            str(config),
-            "-o",
-            str(run),
-            "--nproc=2",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=transduce_env(),
-        start_new_session=True,  # its own process group, as a terminal's foreground job
-    )
+    process = nproc_2(config, run)
     assert process.stderr is not None
     seen = ""
     deadline = time.monotonic() + 120
@@ -326,23 +323,7 @@ def test_a_killed_launcher_leaves_no_training_process_and_the_run_resumes(copy, 
         tmp_path / "r.yaml", copy, max_updates=100_000, validate_every=10, max_epochs=None
     )
     run = tmp_path / "run"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "transduce",
-            "train",
-            "-c",
-            str(config),
-            "-o",
-            str(run),
-            "--nproc=2",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=transduce_env(),
-        start_new_session=True,  # not in the test's process group
-    )
+    process = nproc_2(config, run)
     assert process.stderr is not None
     seen, deadline = "", time.monotonic() + 120
     while "update 20 " not in seen and time.monotonic() < deadline:
@@ -377,23 +358,7 @@ def test_a_rank_killed_by_a_signal_is_named_with_the_signal(copy, tmp_path):
         tmp_path / "r.yaml", copy, max_updates=100_000, validate_every=10, max_epochs=None
     )
     run = tmp_path / "run"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "transduce",
-            "train",
-            "-c",
-            str(config),
-            "-o",
-            str(run),
-            "--nproc=2",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=transduce_env(),
-        start_new_session=True,
-    )
+    process = nproc_2(config, run)
     assert process.stderr is not None
     seen, deadline = "", time.monotonic() + 120
     while "update 10 " not in seen and time.monotonic() < deadline:
