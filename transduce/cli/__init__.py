@@ -17,6 +17,7 @@ from transduce.cli import (  # noqa: F401  (register)
     average,
     decode,
     experiment,
+    export,
     prepare,
     recipes,
     score,

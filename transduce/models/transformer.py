@@ -164,6 +164,8 @@ class Positions(nn.Module):
     def forward(self, positions: Tensor) -> Tensor:
         """Encodings of integer positions (any shape; sinusoidal ones may be negative, as
         separator positions are) -> shape x D."""
+        if torch.jit.is_tracing():  # `transduce export`: no Python branch on the values
+            return self._traced(positions)
         if self.kind == "learned":
             top = int(positions.max()) + 1 if positions.numel() else 0
             if top > self.maximum:
@@ -181,6 +183,22 @@ class Positions(nn.Module):
         if positions.numel() and int(positions.min()) < 0:  # sin is odd, cos even
             table[..., 0::2] *= torch.where(positions < 0, -1.0, 1.0).unsqueeze(-1)
         return table
+
+    def grow(self, length: int) -> None:
+        """Cache the sinusoids of at least `length` positions."""
+        if self.kind != "learned" and self.cache.shape[0] < length:
+            self.cache = sinusoids(length, self.dim).to(self.cache.device)
+
+    def _traced(self, positions: Tensor) -> Tensor:
+        """`forward` as one graph for every input: the learned table (a position beyond it
+        is an index error), or the sinusoids of the cached table (`grow` it before tracing)
+        with the sign of sin flipped where a position is negative (a no-op elsewhere)."""
+        if self.kind == "learned":
+            return self.table(positions)
+        table = self.cache[positions.abs()]  # ... x D
+        even = torch.arange(self.dim, device=positions.device) % 2 == 0  # D: the sin columns
+        flip = (positions < 0).unsqueeze(-1) & even  # ... x D
+        return table * torch.where(flip, -1.0, 1.0)  # exact: a product by 1 or -1
 
 
 class CrossAttention(nn.Module):

@@ -1,0 +1,56 @@
+"""`transduce export RUN_DIR|CHECKPOINT --out FILE [--format torchscript]`: a trained model
+as one self-contained file that runs without transduce (`transduce.export`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from transduce.cli import ui
+from transduce.cli.app import app
+from transduce.cli.common import Verbosity, choices
+from transduce.errors import ConfigError
+from transduce.outputs import check_outputs
+
+Format = choices("Format", ("torchscript", "onnx"))
+
+
+@app.command(name="export")
+def export_command(
+    model: Annotated[
+        str,
+        typer.Argument(
+            metavar="RUN_DIR|CHECKPOINT",
+            help="A run directory (its best.pt) or a checkpoint file.",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The file to write.")],
+    format: Annotated[
+        Format,  # type: ignore[valid-type]
+        typer.Option(
+            "--format",
+            help="torchscript: one file for torch.jit.load, greedy decoding with its "
+            "tokenization (m.transduce(lines)). onnx: not written yet (refused).",
+        ),
+    ] = "torchscript",  # type: ignore[assignment]
+    verbosity: Verbosity = None,
+) -> None:
+    """Export a trained model (its vocabularies and tokenization with it) for use without
+    transduce: `m = torch.jit.load(FILE); m.transduce(["word", ...])`."""
+    value = getattr(format, "value", format)
+    if value == "onnx":
+        raise ConfigError(
+            "--format onnx: not written yet (ONNX's standard operators have no string "
+            "processing for the tokenization, and the greedy loop over the decoder's state "
+            "is not exported as an ONNX Loop); use --format torchscript"
+        )
+    if out.is_dir():
+        raise ConfigError(f"--out {out}: a folder; give the file to write")
+    check_outputs([out], [model])
+    from transduce.export import export
+
+    metadata = export(model, out, value)
+    ui.info(f"exported {metadata['checkpoint']} ({metadata['model']}, greedy, float32) to {out}")
