@@ -140,3 +140,47 @@ def test_prob_mass_one_returns_every_output_of_the_exhaustive_enumeration(runs):
     mass = (masses[1] + masses[2]) / 2  # reached by the third hypothesis, not before
     some = decode_all(model.model, [source], DecodeConfig(**{**wide.__dict__, "prob_mass": mass}))
     assert [h.tokens for h in some[0]] == [h.tokens for h in best_first[:3]]
+
+
+def test_alignment_posterior_is_the_models_exact_posterior(runs, tmp_path):
+    """`--alignment-posterior`: the JSON's matrix is `alignment_posterior` of the model on
+    (input, output), its rows distributions over the input symbols; the text column lists
+    the pairs of at least 0.01, the diagonal of a copy among them, most probable."""
+    import torch
+
+    from transduce.data.batching import collate
+
+    words = tmp_path / "words.txt"
+    words.write_text("abc\ncab\n", encoding="utf-8")
+    invoke = CliRunner().invoke
+    run = runs["hard"]
+    scored = invoke(app, ["decode", str(run), str(words), "--scores", "--alignment-posterior"])
+    assert scored.exit_code == 0, scored.output
+    model = Transducer.from_checkpoint(run)
+    for line in scored.stdout.splitlines():
+        best = json.loads(line)["outputs"][0]
+        matrix = best["alignment_posterior"]
+        source = list(best["text"].replace(" ", ""))  # a copy: the output is the input
+        assert len(matrix) == len(best["symbols"]) and all(len(r) == 3 for r in matrix)
+        assert all(abs(math.fsum(row) - 1) < 1e-5 for row in matrix)
+        batch = collate(
+            [model.source_vocab.encode(source)], [model.target_vocab.encode(best["symbols"])]
+        )
+        expected = model.model.alignment_posterior(batch)[0, 0, : len(matrix)]
+        assert torch.allclose(expected, torch.tensor(matrix), atol=1e-6)
+        pairs = dict(pair.split(":") for pair in best["alignment"].split())
+        assert all(float(p) >= 0.01 for p in pairs.values())
+        assert {"0-0", "1-1", "2-2"} <= set(pairs) and float(pairs["1-1"]) > 0.5
+    text = invoke(app, ["decode", str(run), str(words), "--alignment-posterior"])
+    assert text.exit_code == 0 and ":" in text.stdout.splitlines()[0].split("\t")[1]
+
+
+def test_alignment_posterior_is_refused_for_attention(runs, tmp_path):
+    words = tmp_path / "words.txt"
+    words.write_text("abc\n", encoding="utf-8")
+    result = CliRunner().invoke(
+        app, ["decode", str(runs["soft"]), str(words), "--alignment-posterior"]
+    )
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "not a latent alignment" in lines[0]

@@ -53,9 +53,22 @@ class Explanation:
     symbol_probs: list[float]
     log_prob: float
     alignment: list[tuple[int, int]]
+    # with `explain(posterior=True)` (hard attention): p(a_j = i | y, x) for each output
+    # symbol j (a row) over the input symbols i; a row sums to 1, less any mass on a source
+    # end symbol (`data.source_eos`)
+    posterior: list[list[float]] | None = None
 
-    def pharaoh(self) -> str:
-        return " ".join(f"{i}-{j}" for i, j in self.alignment)
+    def pharaoh(self, threshold: float | None = None) -> str:
+        """`i-j` pairs; with `threshold` and a posterior, `i-j:p` for every pair whose
+        posterior probability p is at least `threshold` (4 decimals)."""
+        if threshold is None or self.posterior is None:
+            return " ".join(f"{i}-{j}" for i, j in self.alignment)
+        return " ".join(
+            f"{i}-{j}:{p:.4f}"
+            for j, row in enumerate(self.posterior)
+            for i, p in enumerate(row)
+            if p >= threshold
+        )
 
 
 RAW_SAMPLE = 10  # lines that decide whether raw input is really a prepared split
@@ -346,8 +359,10 @@ class Transducer:
             )
         return predictions
 
-    def check_explain(self) -> None:
-        """A `ConfigError` unless `explain` can explain this model's outputs."""
+    def check_explain(self, posterior: bool = False) -> None:
+        """A `ConfigError` unless `explain` can explain this model's outputs (with
+        `posterior`: give the exact alignment posterior, which only a hard-attention model
+        without input feeding has)."""
         from transduce.models import Seq2SeqModel
 
         if not isinstance(self.model, Seq2SeqModel) or len(self.members) > 1:
@@ -355,20 +370,35 @@ class Transducer:
                 f"a {getattr(self.model, 'name', 'tagging')} model: symbol probabilities and "
                 "alignments are of one sequence-to-sequence model (not a tagger, not an ensemble)"
             )
+        if not posterior:
+            return
+        if self.model.name != "hard":
+            raise ConfigError(
+                f"--alignment-posterior: a {self.model.name} model has attention, not a latent "
+                "alignment with a posterior (hard attention has one); use --alignment"
+            )
+        if getattr(self.model.config, "input_feeding", False):
+            raise ConfigError(
+                "--alignment-posterior: with input feeding the alignments of a hard-attention "
+                "model depend on each other and their posterior is intractable (Wu et al. "
+                "2018, §5.1); use --alignment (the argmax of its prior)"
+            )
 
     def explain(
-        self, predictions: Sequence[Prediction], batch_size: int = 64
+        self, predictions: Sequence[Prediction], batch_size: int = 64, posterior: bool = False
     ) -> list[list[Explanation]]:
         """For each output of each prediction (of `transduce`), its symbol probabilities
         and alignment (`Explanation`), from one pass of the model reading the input and
-        that output (teacher-forced: the distributions the search stepped through).
+        that output (teacher-forced: the distributions the search stepped through); with
+        `posterior`, the whole alignment posterior too (hard attention, exact).
 
         Raises:
-            ConfigError: a tagger (no output sequence) or an ensemble (several models).
+            ConfigError: a tagger (no output sequence) or an ensemble (several models);
+                with `posterior`, a model without an alignment posterior.
         """
         from transduce.data.batching import collate
 
-        self.check_explain()
+        self.check_explain(posterior)
         pairs = [(p.source, o) for p in predictions for o in p.symbols]
         found: list[Explanation] = []
         for start in range(0, len(pairs), batch_size):
@@ -378,15 +408,15 @@ class Transducer:
             batch = collate(sources, outputs).to(self.device)
             with torch.inference_mode(), self.autocast():
                 result = self.model(batch)
-            posterior = None
+            latent = None
             if hasattr(self.model, "alignment_posterior"):  # hard attention (it needs
                 with torch.no_grad(), self.autocast():  # autograd: no inference mode)
                     try:
-                        posterior = self.model.alignment_posterior(batch)
+                        latent = self.model.alignment_posterior(batch)
                     except ValueError:  # with input feeding: intractable, the prior then
-                        posterior = None
+                        latent = None
             log_probs = result.log_probs.float().gather(-1, batch.target_out.unsqueeze(-1))
-            weighed = result.attention if posterior is None else posterior
+            weighed = result.attention if latent is None else latent
             attention = weighed.float().mean(dim=1)  # B x T x S
             for row, ((symbols, _), output) in enumerate(zip(chunk, outputs)):
                 steps = log_probs[row, : len(output) + 1, 0].cpu()  # the end last
@@ -396,6 +426,7 @@ class Transducer:
                         steps.exp().tolist(),
                         float(steps.double().sum()),
                         [(int(i), j) for j, i in enumerate(weights.argmax(dim=-1).tolist())],
+                        weights.cpu().tolist() if posterior else None,
                     )
                 )
         out: list[list[Explanation]] = []

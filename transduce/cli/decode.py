@@ -135,6 +135,14 @@ def decode_command(
             "column after the output; in the JSON of --scores).",
         ),
     ] = False,
+    alignment_posterior: Annotated[
+        bool,
+        typer.Option(
+            "--alignment-posterior",
+            help="Hard attention: the exact alignment posterior, i-j:p pairs of p >= 0.01 "
+            "(the whole matrix in the JSON of --scores); implies --alignment.",
+        ),
+    ] = False,
     verbosity: Verbosity = None,
 ) -> None:
     """Transduce input lines with a trained model: one output line per input line."""
@@ -161,8 +169,10 @@ def decode_command(
     transducer = Transducer.ensemble(payloads, device.value, bf16, ensemble_mean.value)
     if transducer.precision_warning:
         ui.warn(transducer.precision_warning)
+    alignment = alignment or alignment_posterior
+    threshold = POSTERIOR_SHOWN if alignment_posterior else None
     if scores or alignment:
-        transducer.check_explain()  # before anything is decoded
+        transducer.check_explain(alignment_posterior)  # before anything is decoded
     out = sys.stdout
     seconds, count, decoded = 0.0, 0, 0
     # up to 16 batches at a time while input keeps coming: length bucketing across them
@@ -172,21 +182,26 @@ def decode_command(
         predictions = transducer.transduce(
             lines, display(input), input_format.value, options=options, first_line=first
         )
-        explained = transducer.explain(predictions) if scores or alignment else None
+        explained = (
+            transducer.explain(predictions, posterior=alignment_posterior)
+            if scores or alignment
+            else None
+        )
         seconds += time.perf_counter() - start
         for index, (number, prediction) in enumerate(enumerate(predictions, first)):
             said = explained[index] if explained is not None else []
             if scores:
-                out.write(_scores_line(number, prediction, said, alignment) + "\n")
+                out.write(_scores_line(number, prediction, said, alignment, threshold) + "\n")
             elif nbest == 1:
                 text = prediction.texts[0] if prediction.texts else ""
-                out.write(text + (f"\t{said[0].pharaoh() if said else ''}" if alignment else ""))
+                pairs = said[0].pharaoh(threshold) if said else ""
+                out.write(text + (f"\t{pairs}" if alignment else ""))
                 out.write("\n")
             elif not prediction.texts:  # an empty input line: one line, nothing in it
                 out.write(f"{number}\t\t" + ("\t" if alignment else "") + "\n")
             else:
                 for k, (text, score) in enumerate(zip(prediction.texts, prediction.scores)):
-                    column = f"\t{said[k].pharaoh()}" if alignment else ""
+                    column = f"\t{said[k].pharaoh(threshold)}" if alignment else ""
                     out.write(f"{number}\t{text}\t{score:.6f}{column}\n")
         out.flush()  # a line in, a line out: the output of each batch as soon as it is ready
         count += len(lines)
@@ -224,7 +239,16 @@ def decode_command(
         )
 
 
-def _scores_line(number: int, prediction: Any, explained: list[Any], alignment: bool) -> str:
+POSTERIOR_SHOWN = 0.01  # --alignment-posterior: the pairs of at least this probability
+
+
+def _scores_line(
+    number: int,
+    prediction: Any,
+    explained: list[Any],
+    alignment: bool,
+    threshold: float | None = None,
+) -> str:
     """`--scores`: the JSON line of one input line."""
     import json
 
@@ -239,6 +263,8 @@ def _scores_line(number: int, prediction: Any, explained: list[Any], alignment: 
             "symbol_probs": said.symbol_probs,  # one per symbol, then the end
         }
         if alignment:
-            entry["alignment"] = said.pharaoh()
+            entry["alignment"] = said.pharaoh(threshold)
+        if said.posterior is not None:  # each output symbol's row over the input symbols
+            entry["alignment_posterior"] = said.posterior
         outputs.append(entry)
     return json.dumps({"line": number, "outputs": outputs}, ensure_ascii=False)
