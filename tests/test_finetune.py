@@ -135,3 +135,58 @@ def test_fine_tuning_starts_where_the_trained_model_is(trained, tmp_path):
     tuned = results["tuned"]["history"][0]["dev_scores"]["acc"]
     assert tuned == pytest.approx(before, abs=5.0)
     assert tuned > results["scratch"]["history"][0]["dev_scores"]["acc"] + 20
+
+
+def test_a_tagger_starts_from_a_trained_tagger(tmp_path):
+    """Words, characters and tags are mapped row by symbol (a word new to the data keeps
+    its fresh row); on the data it was trained on, the first validation of the fine-tuned
+    tagger is about the trained tagger's, far above a tagger from scratch."""
+    from .test_tagger import recipe as tagger_recipe
+    from .test_tagger import write_conllu
+
+    for split, n, seed in (("train", 300, 0), ("dev", 40, 1), ("test", 40, 2)):
+        write_conllu(tmp_path / f"{split}.conllu", n, seed)
+    base = tmp_path / "base"
+    Trainer(configuration.parse(tagger_recipe(tmp_path)), base).run()
+    trained = json.loads((base / "train.json").read_text())["best"]["score"]
+    results = {}
+    for name in ("tuned", "scratch"):
+        data = tagger_recipe(tmp_path)
+        data["train"].update(max_updates=2, validate_every=2, optimizer={"lr": 1e-6})
+        if name == "tuned":
+            data["train"]["init_from"] = str(base)
+        results[name] = Trainer(configuration.parse(data), tmp_path / name).run()
+    tuned = results["tuned"]["history"][0]["dev_scores"]["tagacc"]
+    assert tuned == pytest.approx(trained, abs=5.0)
+    assert tuned > results["scratch"]["history"][0]["dev_scores"]["tagacc"] + 20
+    record = results["tuned"]["init_from"]
+    assert record["chars_symbols_new"] == 0 and record["source_symbols_dropped"] == 0
+
+    # another corpus: its words in another order, one word the trained tagger never saw
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    write_conllu(extra / "train.conllu", 300, 5)
+    text = (extra / "train.conllu").read_text(encoding="utf-8")
+    first = next(line for line in text.splitlines() if line and not line.startswith("#"))
+    word = first.split("\t")[1]
+    (extra / "train.conllu").write_text(text.replace(f"\t{word}\t{word}\t", "\tzyzzyva\tz\t", 1))
+    for split in ("dev", "test"):
+        (extra / f"{split}.conllu").write_text((tmp_path / f"{split}.conllu").read_text())
+    data = tagger_recipe(extra)
+    data["train"]["init_from"] = str(base)
+    trainer = Trainer(configuration.parse(data), tmp_path / "other")
+    built, model, _, _, _ = trainer.setup()
+    old = checkpoint.load(base)
+    state = model.state_dict()
+    loaded = {k: v.symbols for k, v in built.vocabs.items()}
+    assert "zyzzyva" in loaded["source"]
+    for side, weight in (
+        ("source", "embedding.weight"),
+        ("chars", "char_cnn.embedding.weight"),
+        ("target", "output.weight"),
+    ):
+        for row, symbol in enumerate(loaded[side]):
+            if symbol in old["vocab"][side]:
+                expected = old["model"][weight][old["vocab"][side].index(symbol)]
+                assert torch.equal(state[weight][row], expected), (side, symbol)
+    assert trainer.initialized["source_symbols_new"] == 1

@@ -8,8 +8,9 @@ The vocabularies are the new data's: the rows of the vocabulary-indexed weights 
 family, whose first dimension runs over the symbols) are copied symbol by symbol, so a
 symbol new to the vocabulary keeps the fresh row the model was built with (seeded by
 `train.seed`) and a symbol that left it is dropped. Every other weight is copied as it is.
-Taggers are not supported yet (their word and character vocabularies would need the same
-mapping): refused in one line.
+A tagger's vocabulary-indexed weights are its word embeddings (`embedding`, the source
+words), its character embeddings (`char_cnn.embedding`, the characters) and its output
+layer (`output`, the tags), mapped the same way (`TAGGER_ROWS`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ VOCABULARY_ROWS = {
     "target_embedding.": "target",
     "output.": "target",
 }
+TAGGER_ROWS = {
+    "embedding.": "source",
+    "char_cnn.embedding.": "chars",
+    "output.": "target",
+}
 
 
 def _differences(before: Any, now: Any) -> list[tuple[str, Any, Any]]:
@@ -48,16 +54,14 @@ def check(path: str, config: configuration.Config) -> dict[str, Any]:
     written: `Trainer` checks it first).
 
     Raises:
-        ConfigError: a tagger, another model family, or other model options.
+        ConfigError: another model family, or other model options.
         CheckpointError: not a checkpoint of this version.
     """
     from transduce.models import MODELS
 
     where = f"train.init_from: {path}"
-    if not issubclass(MODELS[config.model_name], Seq2SeqModel):
-        raise ConfigError(
-            f"{where}: fine-tuning is built for sequence-to-sequence models, not taggers"
-        )
+    if MODELS[config.model_name].task not in ("seq2seq", "tagging"):
+        raise ConfigError(f"{where}: fine-tuning is not built for {config.model_name} models")
     payload = checkpoint.load(path)
     trained = configuration.parse(payload["config"], payload.get("path", str(path)))
     if trained.model_name != config.model_name:
@@ -81,18 +85,19 @@ def init_from(
     `model`, built for `vocabs`; what was done, for train.json.
 
     Raises:
-        ConfigError: a tagger, another model family, or other model options.
+        ConfigError: another model family, or other model options.
         CheckpointError: not a checkpoint of this version.
     """
     where = f"train.init_from: {path}"
     payload = check(path, config)
     old_vocabs = payload["vocab"]
     old_state, state = payload["model"], model.state_dict()
+    rows = VOCABULARY_ROWS if isinstance(model, Seq2SeqModel) else TAGGER_ROWS
     counts = {"copied": 0, "by_symbol": 0}
     for name, value in state.items():
         if name not in old_state:
             raise ConfigError(f"{where}: it has no weight {name} (another version of the model)")
-        side = next((v for p, v in VOCABULARY_ROWS.items() if name.startswith(p)), None)
+        side = next((v for p, v in rows.items() if name.startswith(p)), None)
         if side is not None:
             state[name] = _rows(old_state[name], value, old_vocabs[side], vocabs[side])
             counts["by_symbol"] += 1
@@ -111,7 +116,7 @@ def init_from(
         "weights_copied": counts["copied"],
         "weights_by_symbol": counts["by_symbol"],
     }
-    for side in ("source", "target"):
+    for side in sorted(set(rows.values())):
         old, new = set(old_vocabs[side]), set(vocabs[side])
         record[f"{side}_symbols_new"] = len(new - old)  # fresh rows
         record[f"{side}_symbols_dropped"] = len(old - new)
