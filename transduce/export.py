@@ -30,11 +30,12 @@ it. One difference is left: Python lower-cases a capital sigma to final ς by lo
 case-ignorable characters (apostrophes, combining marks); the export looks at the
 neighbouring characters only.
 
-What is not exported, with a one-line refusal (`ExportError`): beam search (the exported
-search is greedy; TorchScript could express a beam, not written yet), subword (BPE) units,
-whose segmenters are not TorchScript, ensembles, and models trained in another precision
-than float32 are exported in float32 (said in the metadata). ONNX: not written (see
-`transduce export --help`).
+The file decodes greedily, in float32 (a model trained in bf16 or fp16 too; the metadata
+says how it was trained): beam search and scores are not in it (TorchScript could express
+a beam; not written). Refused in one line (`ExportError`): subword (BPE) units, whose
+segmenters are not TorchScript; ensembles; and ONNX, whose standard operators cannot cut a
+UTF-8 string into characters, so its file could not hold the tokenization (an ids-in,
+ids-out ONNX graph is possible and not written).
 """
 
 import json

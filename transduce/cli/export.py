@@ -33,7 +33,8 @@ def export_command(
         typer.Option(
             "--format",
             help="torchscript: one file for torch.jit.load, greedy decoding with its "
-            "tokenization (m.transduce(lines)). onnx: not written yet (refused).",
+            "tokenization (m.transduce(lines)). onnx: refused (it cannot hold the "
+            "tokenization).",
         ),
     ] = "torchscript",  # type: ignore[assignment]
     verbosity: Verbosity = None,
@@ -43,9 +44,9 @@ def export_command(
     value = getattr(format, "value", format)
     if value == "onnx":
         raise ConfigError(
-            "--format onnx: not written yet (ONNX's standard operators have no string "
-            "processing for the tokenization, and the greedy loop over the decoder's state "
-            "is not exported as an ONNX Loop); use --format torchscript"
+            "--format onnx: ONNX's standard operators cannot cut a UTF-8 string into "
+            "characters, so an ONNX file cannot hold the tokenization (a graph of ids in and "
+            "ids out is possible, not written); use --format torchscript"
         )
     if out.is_dir():
         raise ConfigError(f"--out {out}: a folder; give the file to write")
