@@ -154,3 +154,39 @@ def test_the_command_line_starts_without_torch(tmp_path):
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_no_run_directory_file_is_named_outside_runs():
+    """Every file name of a run directory is written once, in `transduce.runs`: no other
+    module of the package has it as a string literal."""
+    from transduce import runs
+
+    names = {runs.LAST, runs.BEST, runs.CONFIG, runs.REPORT, runs.PREDICTIONS, runs.METRICS}
+    names |= {runs.MARKER, runs.LOCK}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "runs.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        # the literal pieces of an f-string are parts of other names (prepare's ".out.lock")
+        pieces = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in names and id(node) not in pieces:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
+    assert found == []
+
+
+def test_experiment_run_is_a_library_call_with_a_short_command():
+    """The body of `experiment run` (after its options and docstring) is at most 40 lines:
+    the work is `transduce.experiments.run.run_experiment`'s, the executors' checks are
+    their own `from_options`."""
+    tree = ast.parse((PACKAGE / "cli" / "experiment.py").read_text(encoding="utf-8"))
+    command = next(
+        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run_command"
+    )
+    body = command.body[1:]  # after the docstring
+    assert body[-1].end_lineno - body[0].lineno + 1 <= 40
+    from transduce.experiments.runner import Executor
+
+    assert inspect.isabstract(Executor)
+    assert {"run", "from_options"} <= Executor.__abstractmethods__

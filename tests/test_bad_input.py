@@ -23,7 +23,8 @@ import transduce
 from transduce import checkpoint
 from transduce import config as configuration
 from transduce.io import DirectoryLock
-from transduce.training import LOCK, Trainer
+from transduce.runs import LOCK
+from transduce.training import Trainer
 
 from .conftest import transduce_env
 from .test_cli import one_line_error

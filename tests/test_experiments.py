@@ -1538,3 +1538,35 @@ def test_a_metric_without_reference_numbers_has_a_plain_header_and_no_counts(tmp
     assert headers[1] == "| system | dataset | lev mean ± std (n) | base | published | difference |"
     assert text.count("Datasets where the mean is better") == 1
     assert "- a: above base on 1 of 2" in text
+
+
+def test_a_grid_runs_through_the_library_without_the_cli(grid, tmp_path):
+    """`run_experiment` with a `LocalExecutor` made from its options: the chosen cells
+    finish, cells.json says so, the others are left; options of another executor, an
+    unknown executor and a pattern that matches nothing are refused."""
+    from transduce.errors import ConfigError
+    from transduce.experiments.run import choose_cells, executor_class, run_experiment
+
+    loaded = spec.load(grid)
+    chosen = choose_cells(loaded, ["lstm.*.seed1"])
+    assert [c.id for c in chosen] == ["lstm.copy.seed1", "lstm.reverse.seed1"]
+    said: list[str] = []
+    options = runner.ExecutorOptions(workers=2, threads=1)
+    executor = executor_class("local").from_options(tmp_path, options, chosen, said.append)
+    result = run_experiment(loaded, tmp_path, executor, chosen, said.append)
+    assert not result.stopped and result.failed == [] and result.left == []
+    assert sorted(o.cell.id for o in result.outcomes) == [c.id for c in chosen]
+    assert all(runner.finished(tmp_path / "runs" / c.id) for c in chosen)
+    assert not runner.finished(tmp_path / "runs" / "tf.copy.seed1")
+    cells_json = json.loads((tmp_path / runner.STATE).read_text(encoding="utf-8"))
+    states = {c["id"]: c["status"] for c in cells_json["cells"]}
+    assert states["lstm.copy.seed1"] == runner.DONE and states["tf.copy.seed1"] == runner.PENDING
+    assert said[0].startswith(f"8 cells in {tmp_path} (2 chosen by --cells): 0 finished before")
+    again = run_experiment(loaded, tmp_path, executor, chosen, said.append)
+    assert again.outcomes == [] and "2 finished before, 0 to run" in said[-1]
+    with pytest.raises(ConfigError, match="options of --executor ray"):
+        runner.LocalExecutor.from_options(tmp_path, runner.ExecutorOptions(cpus=2), chosen, print)
+    with pytest.raises(ConfigError, match="unknown"):
+        executor_class("slurm")
+    with pytest.raises(ConfigError, match="no cell of grid.yaml matches"):
+        choose_cells(loaded, ["nope.*"])

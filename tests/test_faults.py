@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from transduce import checkpoint
-from transduce.training import LOCK
+from transduce.runs import LOCK
 
 from .conftest import transduce_env
 from .toy import TINY_LSTM, recipe, write_task

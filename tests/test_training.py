@@ -293,3 +293,82 @@ def test_the_sockeye_schedule_at_hand_computed_points():
         schedule.before_update(update)
         assert optimizer.param_groups[0]["lr"] == pytest.approx(rate, rel=1e-9)
     assert 1e-3 * 2394 / 4001 > expected[2393] > 1e-3 / math.sqrt(1 + 3 * 2394 / 4000)
+
+
+def _dev_sources(prepared: Path, tmp_path: Path, **train: object) -> list:
+    trainer = Trainer(
+        configuration.parse(recipe(prepared, TINY_LSTM, max_updates=1, **train)), tmp_path
+    )
+    data, *_ = trainer.setup()
+    return data.dev_eval.sources
+
+
+def test_dev_subset_seed_gives_every_seed_the_same_sample(tasks, tmp_path: Path):
+    """Sockeye's checkpoint decoder samples the dev set with seed 42 whatever the run's
+    seed: `dev_subset_seed` does the same; without it each seed draws its own."""
+    fixed = [
+        _dev_sources(tasks["copy"], tmp_path / f"f{s}", seed=s, dev_subset=8, dev_subset_seed=42)
+        for s in (1, 2)
+    ]
+    own = [_dev_sources(tasks["copy"], tmp_path / f"o{s}", seed=s, dev_subset=8) for s in (1, 2)]
+    assert fixed[0] == fixed[1] and len(fixed[0]) == 8
+    assert own[0] != own[1]
+    assert fixed[0] == _dev_sources(tasks["copy"], tmp_path / "o42", seed=42, dev_subset=8)
+
+
+def _best_by_rule(history: list[dict], metrics: list[str], strict: bool) -> int:
+    """The best update of a history by the selection rule, computed independently."""
+    higher = {"acc": True, "per": False, "wer": False}
+    best = history[0]
+    for entry in history[1:]:
+        now, then = entry["dev_scores"], best["dev_scores"]
+        if strict:
+            name = metrics[0]
+            if (now[name] > then[name]) if higher[name] else (now[name] < then[name]):
+                best = entry
+        elif all((now[m] >= then[m]) if higher[m] else (now[m] <= then[m]) for m in metrics):
+            best = entry
+    return best["update"]
+
+
+def test_select_also_keeps_the_validation_best_on_every_metric(tasks, tmp_path: Path):
+    """Wu's two-metric choice: a validation replaces the best only if it is at least as
+    good on PER and on accuracy (ties: the later); select_on alone: strictly better. Both
+    checked against the rule applied to the run's own history; a select_also that is
+    not a metric, or a tagging metric, is refused."""
+    settings = {"max_updates": 120, "validate_every": 10, "optimizer": {"lr": 0.01}}
+    both = train(
+        tmp_path / "both",
+        recipe(tasks["copy"], TINY_LSTM, select_on="per", select_also=["acc"], **settings),
+    )
+    assert len(both["history"]) == 12
+    assert both["best"]["update"] == _best_by_rule(both["history"], ["per", "acc"], False)
+    alone = train(tmp_path / "alone", recipe(tasks["copy"], TINY_LSTM, select_on="per", **settings))
+    assert alone["best"]["update"] == _best_by_rule(alone["history"], ["per"], True)
+    for wrong, message in ((["nope"], "unknown metric"), (["per"], "select_on already")):
+        data = recipe(tasks["copy"], TINY_LSTM, select_on="per", select_also=wrong)
+        with pytest.raises(ConfigError, match=message):
+            configuration.parse(data)
+    data = recipe(tasks["copy"], TINY_LSTM, select_on="per", select_also=["tagacc"])
+    with pytest.raises(ConfigError, match="scores taggers"):
+        Trainer(configuration.parse(data), tmp_path / "tag")
+
+
+def test_the_two_metric_rule_by_hand(tasks, tmp_path: Path):
+    """`_improved` on hand-made validations: better PER with worse accuracy is not a new
+    best under select_also (it is under select_on alone); equal on both is (the later)."""
+    from transduce.training import Progress
+
+    def trainer(**extra: object) -> Trainer:
+        data = recipe(tasks["copy"], TINY_LSTM, select_on="per", **extra)
+        return Trainer(configuration.parse(data), tmp_path / "unused")
+
+    progress = Progress(best_score=10.0, best_update=5)
+    progress.history = [{"update": 5, "dev_scores": {"per": 10.0, "acc": 50.0}}]
+    wu, alone = trainer(select_also=["acc"]), trainer()
+    assert not wu._improved(progress, 8.0, {"per": 8.0, "acc": 49.0})
+    assert alone._improved(progress, 8.0, {"per": 8.0, "acc": 49.0})
+    assert wu._improved(progress, 10.0, {"per": 10.0, "acc": 50.0})  # a tie: the later
+    assert not alone._improved(progress, 10.0, {"per": 10.0, "acc": 50.0})
+    assert wu._improved(progress, 9.0, {"per": 9.0, "acc": 51.0})
+    assert not wu._improved(progress, 11.0, {"per": 11.0, "acc": 60.0})

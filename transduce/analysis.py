@@ -25,7 +25,6 @@ parses the command line and prints.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from transduce.inference import Transducer
 from transduce.io import decode_lines, read_bytes, save_figure
 from transduce.models import Seq2SeqModel, expect
 from transduce.monotonicity import FLOOR, MonotonicityStats, counted_positions
+from transduce.runs import RunDir
 
 DELTAS = defaults.MONOTONICITY_DELTAS
 Pair = tuple[list[int], list[int]]  # the source ids and reference ids of a line
@@ -338,9 +338,9 @@ def write_plots(
     figures: list[tuple[str, Any]] = [
         (f"line{item.line}", _heatmaps(plt, item, names, forced)) for item in maps
     ]
-    history = run_dir / "train.json"
-    if history.is_file():
-        entries = json.loads(history.read_text(encoding="utf-8")).get("history", [])
+    report = RunDir(run_dir).read_report()
+    if report is not None:
+        entries = report.history
         points = [(e["update"], e["dev_monotonicity"]) for e in entries if "dev_monotonicity" in e]
         if points:
             figures.append(("monotonicity", _curve(plt, points)))

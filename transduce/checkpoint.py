@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from transduce import runs
 from transduce.errors import CheckpointError, ConfigError, TransduceError
 from transduce.io import (
     atomic_binary,
@@ -32,10 +33,9 @@ from transduce.io import (
     sha256_file,
     stale_temporaries,
 )
-from transduce.outputs import RUN_MARKER
 
 FORMAT = "transduce.checkpoint/1"
-BEST, LAST = "best.pt", "last.pt"
+BEST, LAST = runs.BEST, runs.LAST
 REQUIRED = ("model_name", "config", "model", "vocab", "sides")
 
 
@@ -186,7 +186,7 @@ class Checkpointer:
 
     def stale_temporaries(self) -> list[Path]:
         """Temporary files that a killed write left behind (call with the run's lock)."""
-        names = (LAST, BEST, "config.yaml", "train.json", "test.predictions", "data", RUN_MARKER)
+        names = (*runs.FILES, runs.DATA, runs.MARKER)
         found = stale_temporaries(self.run_dir, names)
         kept = self.run_dir / KEPT
         if kept.is_dir() and not kept.is_symlink():  # the folder is ours: our temporaries
@@ -331,7 +331,7 @@ class Checkpointer:
         return state
 
 
-KEPT, INDEX = "checkpoints", "index.json"
+KEPT, INDEX = runs.KEPT, "index.json"
 
 
 def kept_name(update: int) -> str:

@@ -243,6 +243,10 @@ class TrainConfig:
     clip_norm: float | None = None
     validate_every: int | None = None  # updates; None: once per epoch
     select_on: str = "per"
+    # more dev metrics a validation must be at least as good on to become the best, with
+    # select_on (ties: the later validation): Wu's two-metric choice (neural-transducer's
+    # select_model, accuracy and distance); [] : select_on alone, strictly better
+    select_also: list[str] = field(default_factory=list)
     patience: int | None = 10  # validations without improvement before stopping
     device: Literal["cpu", "cuda", "auto"] = "auto"  # auto: CUDA when there is one
     threads: int | None = None  # CPU threads; None: PyTorch's default
@@ -255,6 +259,9 @@ class TrainConfig:
     accumulate: int = 1
     dev_batch_size: int = 256
     dev_subset: int | None = None  # validate on this many distinct dev sources (seeded)
+    # the seed that draws them (None: train.seed); a fixed one gives every seed of a
+    # recipe the same sample, as Sockeye's checkpoint decoder (seed 42) does
+    dev_subset_seed: int | None = None
     test: bool = True  # decode and score the test split with the best checkpoint at the end
     # also keep the checkpoints of the K best validations (by select_on) and of the K last
     # in RUN_DIR/checkpoints/, for `transduce average` (0: only best.pt and last.pt)
@@ -287,6 +294,13 @@ class TrainConfig:
             problems.append(
                 f"select_on: unknown metric {self.select_on!r} (valid: {', '.join(METRICS)})"
             )
+        for name in self.select_also:
+            if name not in METRICS:
+                problems.append(
+                    f"select_also: unknown metric {name!r} (valid: {', '.join(METRICS)})"
+                )
+            elif name == self.select_on:
+                problems.append(f"select_also: {name} is select_on already")
         if self.max_epochs is None and self.max_updates is None and self.max_minutes is None:
             problems.append("max_epochs: give a limit (max_epochs, max_updates or max_minutes)")
         if self.schedule.type == "cosine" and self.schedule.until is None:

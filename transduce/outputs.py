@@ -14,24 +14,14 @@ import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from transduce import runs
 from transduce.data.prepared import is_prepared_file
 from transduce.errors import ConfigError
 from transduce.io import STDIN, is_temporary, resolved
 
-# What `train` writes in a run directory (a folder with a last.pt or best.pt).
-RUN_FILES = ("last.pt", "best.pt", "config.yaml", "train.json", "test.predictions")
-RUN_MARKER = "transduce-run.json"  # in every run directory: what says it is ours to write in
-LOCK = ".lock"  # held by the process that writes a run directory
-# every name `train` writes in a run directory, files and folders
-RUN_OWNED = (
-    *RUN_FILES,
-    RUN_MARKER,
-    LOCK,
-    "metrics.csv",
-    "checkpoints",
-    "tensorboard",
-    "data",
-)
+# What `train` writes in a run directory (a folder with a last.pt or best.pt), its marker,
+# its lock, and every name it writes there (`transduce.runs` names them)
+RUN_FILES, RUN_MARKER, LOCK, RUN_OWNED = runs.FILES, runs.MARKER, runs.LOCK, runs.OWNED
 EXPERIMENT_STATE = "cells.json"
 EXPERIMENT_OWNED = (EXPERIMENT_STATE, "runs", "logs", "ensembles", "export.json")
 

@@ -21,12 +21,13 @@ import io
 from pathlib import Path
 from typing import Any
 
+from transduce import runs
 from transduce.errors import ConfigError
 from transduce.io import atomic_write_text
 
 LOGS = ("csv", "tensorboard")
-CSV = "metrics.csv"
-TENSORBOARD = "tensorboard"
+CSV = runs.METRICS
+TENSORBOARD = runs.TENSORBOARD
 FIRST = ("update", "epoch", "train_loss", "dev_loss", "lr", "elapsed", "examples_per_s")
 
 

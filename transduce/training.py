@@ -41,20 +41,22 @@ from typing import Any
 import torch
 
 from transduce import config as configuration
-from transduce import defaults
+from transduce import defaults, runs
 from transduce.checkpoint import LAST, Checkpointer, clean
 from transduce.data.batching import plan_batches
+from transduce.data.prepare import MANIFEST
 from transduce.distributed import World
 from transduce.errors import CheckpointError, ConfigError, out_of_memory, shorten
 from transduce.io import DirectoryLock, atomic_write_text, fault_point, remove, sha256_file
 from transduce.metrics import get_metric
 from transduce.models import Model
-from transduce.outputs import LOCK, RUN_MARKER, check_run_dir
+from transduce.outputs import check_run_dir
 from transduce.precision import choose, scaler
 from transduce.progress import Reporter
-from transduce.reporting import versions, write_json
+from transduce.reporting import versions
 from transduce.runlog import MetricsLog
 from transduce.runlog import check as check_logs
+from transduce.runs import RunDir, RunReport
 from transduce.schedules import Schedule
 from transduce.tasks import Task, TaskData, check_task
 
@@ -62,7 +64,7 @@ REPORT_SCHEMA = "transduce.train/1"
 MARKER_TEXT = json.dumps(
     {"schema": "transduce.run/1", "note": "a run directory: transduce train writes here"}
 )
-INTERRUPTED = "interrupted"  # Progress.stop of a run stopped by Ctrl-C (SIGINT)
+INTERRUPTED = runs.INTERRUPTED  # Progress.stop of a run stopped by Ctrl-C (SIGINT)
 LOSS_READ_SECONDS = 1.0  # the progress display's loss is read from the device this often
 
 
@@ -243,6 +245,7 @@ class Trainer:
         world: World | None = None,
     ) -> None:
         self.config, self.run_dir, self.resume = config, Path(run_dir), resume
+        self.files = RunDir(self.run_dir)
         self.world = world or World.from_environment()
         # only rank 0 shows progress (and writes: see `transduce.distributed`)
         self.reporter = (reporter or Reporter()) if self.world.main else Reporter()
@@ -372,7 +375,7 @@ class Trainer:
         )
         if not same:
             raise ConfigError(
-                f"{self.run_dir / 'last.pt'}: was saved in the middle of epoch "
+                f"{self.files.last}: was saved in the middle of epoch "
                 f"{progress.epoch + 1} (after batch {progress.batch}), and with this "
                 f"configuration and data that epoch has other batches ({len(batches)}); "
                 "resume with the run's train.batch_size, batch_by, bucketing, seed and data"
@@ -408,8 +411,8 @@ class Trainer:
         check_run_dir(self.run_dir, self.resume)  # before the lock: a user's folder stays as it is
         fresh = not self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        lock = DirectoryLock(self.run_dir / LOCK, self.run_dir).acquire()
-        marker = self.run_dir / RUN_MARKER
+        lock = DirectoryLock(self.files.lock, self.run_dir).acquire()
+        marker = self.files.marker
         marked = False
         try:
             check_run_dir(self.run_dir, self.resume)  # again, under the lock
@@ -418,7 +421,7 @@ class Trainer:
                 marked = True
             return self._run()
         except BaseException:
-            if not any(p.name not in (LOCK, RUN_MARKER) for p in self.run_dir.iterdir()):
+            if not any(p.name not in (runs.LOCK, runs.MARKER) for p in self.run_dir.iterdir()):
                 if marked:  # a run that failed at once leaves the folder as it found it
                     remove(marker)
                 lock.release()
@@ -460,9 +463,9 @@ class Trainer:
         repairs += self.checkpoints.check(state) if state is not None else []
         for message in [f"run directory: {self.run_dir}", *self.notes, *repairs]:
             self.reporter.message(message)
-        if not (self.run_dir / RUN_MARKER).exists():  # a run of a transduce before the marker
-            atomic_write_text(self.run_dir / RUN_MARKER, MARKER_TEXT)
-        atomic_write_text(self.run_dir / "config.yaml", _yaml(configuration.resolved(self.config)))
+        if not self.files.marker.exists():  # a run of a transduce before the marker
+            atomic_write_text(self.files.marker, MARKER_TEXT)
+        atomic_write_text(self.files.config, _yaml(configuration.resolved(self.config)))
         self.log = MetricsLog(self.run_dir, t.log, progress.history)
         self.world.barrier()  # the others may read the run directory now
         self._distributed(data, model, optimizer, schedule, progress)
@@ -698,9 +701,7 @@ class Trainer:
             hint = "lower train.dev_batch_size or decode.max_output_length"
             raise out_of_memory(error, "validating on the dev set", hint) or error from None
         score = scores[t.select_on]
-        improved = progress.best_score is None or (
-            score < progress.best_score if self.lower_is_better else score > progress.best_score
-        )
+        improved = self._improved(progress, score, scores)
         entry = {
             "update": progress.update,
             "epoch": round(epoch, 4),
@@ -759,30 +760,51 @@ class Trainer:
             "versions": versions(),
         }
 
+    def _improved(self, progress: Progress, score: float, scores: dict[str, float]) -> bool:
+        """Whether a validation becomes the best: the first one; then strictly better on
+        select_on, or, with select_also, at least as good on select_on and on each of
+        select_also as the best so far (Wu's `select_model`: ties go to the later one)."""
+        t = self.config.train
+        if progress.best_score is None:
+            return True
+        if not t.select_also:
+            better = (
+                score < progress.best_score if self.lower_is_better else score > progress.best_score
+            )
+            return better
+        best = next(
+            (h["dev_scores"] for h in progress.history if h["update"] == progress.best_update), {}
+        )
+        for name in (t.select_on, *t.select_also):
+            now, then = scores[name], best.get(name, scores[name])
+            if (now > then) if not get_metric(name).higher_is_better else (now < then):
+                return False
+        return True
+
     def _earlier_test(self, progress: Progress, manifest: Path) -> dict[str, Any] | None:
         """The test scores of the run's train.json, when this resumed session trained
         nothing and would decode the test set exactly as that session did."""
         if self._resumed_at is None or self._resumed_at != progress.update:
             return None
         try:
-            earlier = json.loads((self.run_dir / "train.json").read_text("utf-8"))
+            earlier = RunReport.from_json(self.files.report)
         except (OSError, ValueError):
             return None
         resolved = configuration.resolved(self.config)
-        before = earlier.get("config") or {}
-        predictions = self.run_dir / "test.predictions"
-        data = earlier.get("data") or {}
+        before = earlier.config
+        predictions = self.files.predictions
+        data = earlier.data
         same = (
             predictions.is_file()
             and data.get("test_predictions_sha256") == sha256_file(predictions)
             and data.get("manifest_sha256") == sha256_file(manifest)
-            and earlier.get("best", {}).get("update") == progress.best_update
-            and earlier.get("updates") == progress.update
+            and earlier.best.get("update") == progress.best_update
+            and earlier.updates == progress.update
             and before.get("decode") == resolved["decode"]
             and before.get("data") == resolved["data"]
             and self.config.train.test
         )
-        return earlier.get("test") if same and earlier.get("test") else None
+        return earlier.test_scores if same and earlier.test_scores else None
 
     def finish(
         self, model: Model, data: TaskData, progress: Progress, wall: float
@@ -794,7 +816,7 @@ class Trainer:
             model.load_state_dict(self.checkpoints.load_best(progress.best_update)["model"])
             fault_point("before-test")
         test_scores = None
-        manifest = data.prepared.directory / "manifest.json"
+        manifest = data.prepared.directory / MANIFEST
         kept = None if interrupted else self._earlier_test(progress, manifest)
         if kept is not None:
             test_scores = kept
@@ -805,13 +827,11 @@ class Trainer:
         elif data.test_eval is not None and not interrupted:
             test_scores, outputs = self.task.evaluate(model, data, data.test_eval)
             lines = self.task.test_lines(data, outputs)
-            atomic_write_text(
-                self.run_dir / "test.predictions", "".join(line + "\n" for line in lines)
-            )
+            atomic_write_text(self.files.predictions, "".join(line + "\n" for line in lines))
         test_statistics = None
         if not interrupted and self.config.train.test:
             test_statistics = self.task.test_statistics(model, data)
-        predictions = self.run_dir / "test.predictions"
+        predictions = self.files.predictions
         report = {
             "schema": REPORT_SCHEMA,
             "config": configuration.resolved(self.config),
@@ -853,7 +873,7 @@ class Trainer:
             "versions": versions(),
         }
         fault_point("before-report")
-        write_json(self.run_dir / "train.json", report)
+        RunReport(report).to_json(self.files.report)
         return report
 
 

@@ -12,7 +12,7 @@ import typer
 from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
-from transduce.errors import EXIT_INTERRUPTED, ConfigError
+from transduce.errors import EXIT_INTERRUPTED
 
 Executor = choices("Executor", ("local", "ray"))
 
@@ -109,183 +109,56 @@ def run_command(
         ),
     ] = None,
     cpus: Annotated[
-        float, typer.Option(min=0.01, metavar="N", help="CPUs a Ray cell asks for (its threads).")
-    ] = 1.0,
-    gpus_each: Annotated[
-        float,
+        float | None,
         typer.Option(
-            "--gpus", min=0.0, metavar="F", help="GPUs a Ray cell asks for (0.25: 4 share one)."
+            min=0.01, metavar="N", help="CPUs a Ray cell asks for (its threads).", show_default="1"
         ),
-    ] = 0.0,
+    ] = None,
+    gpus_each: Annotated[
+        float | None,
+        typer.Option(
+            "--gpus",
+            min=0.0,
+            metavar="F",
+            help="GPUs a Ray cell asks for (0.25: 4 share one).",
+            show_default="0",
+        ),
+    ] = None,
     verbosity: Verbosity = None,
 ) -> None:
     """Run every cell not finished yet; again after a stop, to go on."""
-    from transduce.experiments import ensembles, runner, spec
-    from transduce.io import DirectoryLock
-    from transduce.progress import clock
+    from transduce.experiments import runner, spec
+    from transduce.experiments.run import choose_cells, executor_class, run_experiment
 
-    ray = executor.value == "ray"
-    if not ray and (address is not None or cpus != 1.0 or gpus_each != 0.0):
-        raise ConfigError("--address, --cpus and --gpus are options of --executor ray")
-    if ray and (workers, threads, per_gpu, gpu_memory) != (None, None, None, None):
-        raise ConfigError(
-            "--workers, --threads, --per-gpu and --gpu-memory are of --executor local "
-            "(Ray places cells by --cpus/--gpus)"
-        )
-    for name, value in (("--cpus", cpus), ("--gpus", gpus_each)):
-        if value > 1 and value != int(value):
-            raise ConfigError(f"{name} {value:g}: above 1, Ray takes whole numbers only")
-    if ray:
-        import importlib.util
-
-        if importlib.util.find_spec("ray") is None:
-            raise ConfigError("--executor ray: needs Ray: pip install 'transduce[ray]'")
-    if ray and address is not None:
-        from transduce.experiments.ray_executor import reachable
-
-        reachable(address)
+    options = runner.ExecutorOptions(
+        workers, threads, per_gpu, gpu_memory, address, cpus, gpus_each, data_root
+    )
+    kind = executor_class(executor.value)
     loaded = spec.load(experiment, data_root)
-    chosen_cells = loaded.cells
-    if cells:
-        import fnmatch
-
-        for pattern in cells:
-            if not any(fnmatch.fnmatchcase(c.id, pattern) for c in loaded.cells):
-                raise ConfigError(
-                    f"--cells {pattern}: no cell of {loaded.path.name} matches "
-                    f"(its cells are like {loaded.cells[0].id})"
-                )
-        chosen_cells = [c for c in loaded.cells if any(fnmatch.fnmatchcase(c.id, p) for p in cells)]
-    if not ray:  # Ray's cells run on its workers, which may have other devices
+    chosen = choose_cells(loaded, cells)
+    if kind is runner.LocalExecutor:  # Ray's cells run on its workers: other devices
         spec.check_machine(loaded)
-    gpus = [] if ray else runner.visible_gpus()
-    if (per_gpu is not None or gpu_memory is not None) and not ray and not gpus:
-        raise ConfigError("--per-gpu and --gpu-memory: torch sees no GPU on this machine")
-    if all(c.device == "cpu" for c in chosen_cells):  # train.device: cpu: no GPU to share
-        gpus = []
-    per_gpu = per_gpu or runner.PER_GPU
     directory = out or Path("experiments") / loaded.path.stem
-    if directory.exists() and not directory.is_dir():
-        raise ConfigError(f"{directory}: exists and is not a directory; choose another --out")
-    directory.mkdir(parents=True, exist_ok=True)
-    lock = DirectoryLock(directory / ".lock", directory).acquire()
-    try:
-        count = workers or runner.default_workers(len(gpus), per_gpu)
-        if ray:
-            threads = max(1, int(cpus))
-        elif threads is None:
-            threads = runner.threads_per_cell(count)
-        todo = [c for c in chosen_cells if not runner.finished(directory / runner.RUNS / c.id)]
-        each = f"{threads} thread{'s' if threads > 1 else ''} each"
-        how = f"as Ray tasks, {cpus:g} CPU and {gpus_each:g} GPU" if ray else f"{count} at a time"
-        if gpus:
-            how += f" on {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}, at most {per_gpu} on each"
-        of = f" ({len(chosen_cells)} chosen by --cells)" if cells else ""
-        ui.info(
-            f"{len(loaded.cells)} cells in {directory}{of}: "
-            f"{len(chosen_cells) - len(todo)} finished before, {len(todo)} to run ({how}, {each})"
-        )
-        ensemble_outcomes: list[ensembles.EnsembleOutcome] = []
-
-        def save(outcomes: list[runner.Outcome]) -> dict:
-            data = runner.state(
-                loaded,
-                directory,
-                outcomes,
-                ensembles.states(loaded, directory, ensemble_outcomes) if loaded.ensemble else None,
-                todo=[c.id for c in todo],
-            )
-            runner.write_state(directory, data)
-            return data
-
-        save([])
-
-        def progress(outcomes: list[runner.Outcome]) -> None:
-            data = save(outcomes)
-            last = outcomes[-1]
-            statuses = [c["status"] for c in data["cells"]]
-            done = statuses.count(runner.DONE)
-            timed = [o.seconds for o in outcomes if o.status == runner.DONE]
-            left = len(todo) - len(outcomes)
-            eta = (
-                f"; about {clock(sum(timed) / len(timed) * left / count)} left"
-                if timed and left
-                else ""
-            )
-            what = f"{last.status}" + (f" ({last.error})" if last.error else "")
-            ui.info(
-                f"{last.cell.id} {what} in {clock(last.seconds)}: {done}/{len(statuses)} done, "
-                f"{statuses.count(runner.FAILED)} failed{eta}"
-            )
-
-        chosen: runner.Executor
-        if ray:
-            from transduce.experiments.ray_executor import RayExecutor
-
-            chosen = RayExecutor(
-                directory, cpus, gpus_each, address, data_root=data_root, announce=ui.info
-            )
-        else:
-            chosen = runner.LocalExecutor(
-                directory,
-                count,
-                threads,
-                gpus,
-                per_gpu,
-                gpu_memory,
-                data_root=data_root,
-                announce=ui.info,
-            )
-        outcomes = chosen.run(todo, progress)
-        stopped = chosen.stopping
-        if loaded.ensemble is not None and not stopped:  # here, on this machine, also after Ray
-
-            def ensemble_progress(done: list[ensembles.EnsembleOutcome]) -> None:
-                ensemble_outcomes[:] = done
-                save(outcomes)
-                last = done[-1]
-                what = f"{last.status}" + (f" ({last.error})" if last.error else "")
-                ui.info(f"the ensemble {last.group.id} {what} in {clock(last.seconds)}")
-
-            _, stopped = ensembles.run_all(
-                loaded,
-                directory,
-                count,
-                threads,
-                chosen_cells,
-                ui.info,
-                ensemble_progress,
-            )
-    finally:
-        lock.release()
-    failed = [o for o in outcomes if o.status == runner.FAILED]
-    failed_ensembles = [o for o in ensemble_outcomes if o.status == runner.FAILED]
-    left = [c for c in chosen_cells if not runner.finished(directory / runner.RUNS / c.id)]
-    waiting = [  # ensembles whose runs are done, not decoded (or out of date)
-        g
-        for g in ensembles.groups(loaded)
-        if ensembles.ready(directory, g) and not ensembles.up_to_date(directory, g)
-    ]
-    if stopped and (left or waiting):
+    made = kind.from_options(directory, options, chosen, ui.info)
+    result = run_experiment(loaded, directory, made, chosen, ui.info)
+    if result.stopped and (result.left or result.waiting):
+        done = len(chosen) - len(result.left)
         ui.stderr.print(
-            f"stopped: {len(chosen_cells) - len(left)} of {len(chosen_cells)} cells "
-            "finished; run the same command again to go on",
+            f"stopped: {done} of {len(chosen)} cells finished; run the same command again to go on",
             markup=False,
             highlight=False,
         )
         raise typer.Exit(EXIT_INTERRUPTED)
     _show(directory, loaded)
-    if failed or left or failed_ensembles:
-        for outcome in failed:
-            ui.error(
-                f"{outcome.cell.id}: {outcome.error} (log: {directory}/logs/{outcome.cell.id}.log)"
-            )
-        for ensemble in failed_ensembles:
-            ui.error(
-                f"the ensemble {ensemble.group.id}: {ensemble.error} (log: "
-                f"{directory}/logs/{ensemble.group.id}.ensemble.log)"
-            )
-        unfinished = [c.id for c in left if c.id not in {o.cell.id for o in failed}]
+    if result.failed or result.left or result.failed_ensembles:
+        logs = directory / runner.LOGS
+        for outcome in result.failed:
+            ui.error(f"{outcome.cell.id}: {outcome.error} (log: {logs}/{outcome.cell.id}.log)")
+        for ensemble in result.failed_ensembles:
+            group = ensemble.group.id
+            ui.error(f"the ensemble {group}: {ensemble.error} (log: {logs}/{group}.ensemble.log)")
+        failed = {o.cell.id for o in result.failed}
+        unfinished = [c.id for c in result.left if c.id not in failed]
         if unfinished:
             ui.error(f"not finished: {', '.join(unfinished)}; run the same command again")
         raise typer.Exit(1)

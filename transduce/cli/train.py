@@ -17,6 +17,7 @@ from transduce.cli.common import Verbosity, choices, complete_recipe, complete_s
 from transduce.errors import EXIT_INTERRUPTED, ConfigError, interrupted
 from transduce.outputs import check_run_dir
 from transduce.progress import ConsoleReporter
+from transduce.runs import RunDir
 
 Device = choices("Device", ("cpu", "cuda", "auto"))
 
@@ -99,9 +100,9 @@ def train_command(
         raise ConfigError("under torchrun, give --out RUN_DIR: every process must write one")
     run_dir = out or _fresh_run_dir(Path(config).stem)  # type: ignore[arg-type]
     if resume:
-        source = config or str(run_dir / "config.yaml")
+        source = config or str(RunDir(run_dir).config)
     else:
-        if (run_dir / "last.pt").exists():
+        if RunDir(run_dir).last.exists():
             raise ConfigError(
                 f"{run_dir}: already holds a run; --resume continues it, or choose another --out"
             )
@@ -121,10 +122,10 @@ def train_command(
     if nproc is not None:  # --nproc 1 too: one process under torchrun, in a process group
         from transduce.io import DirectoryLock
         from transduce.launch import launch
-        from transduce.outputs import LOCK, RUN_MARKER
 
-        if (run_dir / RUN_MARKER).is_file():  # one of ours, maybe in use: said once, here,
-            DirectoryLock(run_dir / LOCK, run_dir).acquire().release()  # not by each rank
+        files = RunDir(run_dir)
+        if files.marker.is_file():  # one of ours, maybe in use: said once, here,
+            DirectoryLock(files.lock, run_dir).acquire().release()  # not by each rank
 
         arguments = ["--config", source, "--out", str(run_dir)]
         arguments += [part for value in overrides for part in ("--set", value)]
@@ -157,7 +158,7 @@ def _stopped(what: str, run_dir: Path) -> NoReturn:
     torchrun other than rank 0 say nothing)."""
     if os.environ.get("RANK", "0") != "0":
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    if (run_dir / "last.pt").is_file():
+    if RunDir(run_dir).resumable():
         how = f"continue with: transduce train --out {shlex.quote(str(run_dir))} --resume"
     else:
         how = "no validation was reached, so there is nothing to resume: start it again"
@@ -187,8 +188,9 @@ def _summary(report: dict[str, Any], run_dir: Path) -> None:
             table.add_column(name, justify="right")
         table.add_row(*(f"{v:.2f}" for v in report["test"].values()))
         ui.stderr.print(table)
-    predictions = f"; predictions: {run_dir / 'test.predictions'}" if report["test"] else ""
-    ui.info(f"{run_dir / 'train.json'}{predictions}")
+    files = RunDir(run_dir)
+    predictions = f"; predictions: {files.predictions}" if report["test"] else ""
+    ui.info(f"{files.report}{predictions}")
 
 
 def _which(source: str) -> str:

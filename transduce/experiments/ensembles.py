@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from transduce import runs
 from transduce.errors import EXIT_INTERRUPTED, TransduceError
 from transduce.experiments.runner import (
     DONE,
@@ -40,15 +41,16 @@ from transduce.experiments.runner import (
     LOGS,
     PENDING,
     RUNS,
-    Executor,
+    Stopping,
     finished,
     last_line,
-    report_problem,
 )
 from transduce.experiments.spec import Cell, Experiment
 from transduce.io import child_environment
+from transduce.runs import RunDir, RunReport
 
-ENSEMBLES, RECORD, PREDICTIONS = "ensembles", "ensemble.json", "test.predictions"
+# an ensemble's outputs have the name of a run's (`transduce.runs.PREDICTIONS`)
+ENSEMBLES, RECORD, PREDICTIONS = "ensembles", "ensemble.json", runs.PREDICTIONS
 SCHEMA = "transduce.experiment-ensemble/1"
 OUT_OF_DATE = "out of date"
 
@@ -112,7 +114,7 @@ def _sha256(path: Path) -> str | None:
 def fingerprint(directory: Path, group: Group) -> list[dict[str, Any]]:
     """The members as they are now: each cell id and its train.json's sha256."""
     return [
-        {"cell": m, "train_json_sha256": _sha256(directory / RUNS / m / "train.json")}
+        {"cell": m, "train_json_sha256": _sha256(RunDir(directory / RUNS / m).report)}
         for m in group.members
     ]
 
@@ -144,26 +146,24 @@ def ready(directory: Path, group: Group) -> bool:
     return all(finished(directory / RUNS / m) for m in group.members)
 
 
-def _train_report(directory: Path, cell: str) -> dict[str, Any]:
-    path = directory / RUNS / cell / "train.json"
+def _train_report(directory: Path, cell: str) -> RunReport:
+    path = RunDir(directory / RUNS / cell).report
     try:
-        data = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError) as error:
+        return RunReport.from_json(path)
+    except OSError as error:
         raise TransduceError(f"{path}: cannot read the run's report ({error})") from None
-    problem = report_problem(data)
-    if problem:
-        raise TransduceError(f"{path}: {problem}")
-    return data
+    except ValueError as error:
+        raise TransduceError(f"{path}: {error}") from None
 
 
-def test_split(directory: Path, cell: str, report: dict[str, Any]) -> Path | None:
+def test_split(directory: Path, cell: str, report: RunReport) -> Path | None:
     """The prepared data directory whose test.tsv a member was tested on (its train.json's
     data directory, else RUN_DIR/data where `train` prepares raw data), checked against the
     hash recorded there; None if neither is it."""
-    data = report.get("data") or {}
+    data = report.data
     expected = (data.get("outputs") or {}).get("test.tsv")
     candidates = [Path(data["directory"])] if data.get("directory") else []
-    candidates.append(directory / RUNS / cell / "data")
+    candidates.append(RunDir(directory / RUNS / cell).data)
     for candidate in candidates:
         if expected is not None and _sha256(candidate / "test.tsv") == expected:
             return candidate
@@ -191,15 +191,13 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
     members = fingerprint(directory, group)  # before decoding: a later change redoes it
     reports = {m: _train_report(directory, m) for m in group.members}
     first = group.members[0]
-    test_hashes = {
-        m: ((r.get("data") or {}).get("outputs") or {}).get("test.tsv") for m, r in reports.items()
-    }
+    test_hashes = {m: (r.data.get("outputs") or {}).get("test.tsv") for m, r in reports.items()}
     if test_hashes[first] is None:
         raise TransduceError(f"{where}: {first}: its train.json records no test split")
     for member, digest in test_hashes.items():
         if digest != test_hashes[first]:
             raise TransduceError(f"{where}: {member} was tested on another test split than {first}")
-    decodes = {m: (r.get("config") or {}).get("decode") for m, r in reports.items()}
+    decodes = {m: r.config.get("decode") for m, r in reports.items()}
     for member, options in decodes.items():
         if options != decodes[first]:
             raise TransduceError(f"{where}: {member} decodes otherwise than {first} (decode:)")
@@ -282,7 +280,7 @@ def run_all(
         and ready(directory, g)
         and not up_to_date(directory, g)
     ]
-    control = Executor(directory, threads)
+    control = Stopping()
     outcomes: list[EnsembleOutcome] = []
     if not todo:
         return outcomes, False

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
+from transduce import runs
 from transduce.errors import ConfigError
 from transduce.experiments import ensembles, report
 from transduce.experiments.runner import RUNS, STATE, finished, read_state, run_report
@@ -33,14 +33,13 @@ def files(directory: Path) -> dict[str, Path]:
         run_dir = directory / RUNS / cell.id
         if not finished(run_dir):
             continue
-        for name in ("train.json", "test.predictions"):
+        for name in (runs.REPORT, runs.PREDICTIONS):
             if (run_dir / name).is_file():
                 out[f"{RUNS}/{cell.id}/{name}"] = run_dir / name
         if experiment.score:
-            data = run_report(run_dir) or {}
-            test = _test_split(run_dir, data)
+            test = _test_split(run_dir, run_report(run_dir) or runs.RunReport())
             if test is not None:
-                out[f"{RUNS}/{cell.id}/data/test.tsv"] = test
+                out[f"{RUNS}/{cell.id}/{runs.DATA}/test.tsv"] = test
     for group in ensembles.groups(experiment):
         if ensembles.up_to_date(directory, group):
             for name in (ensembles.RECORD, ensembles.PREDICTIONS):
@@ -50,12 +49,12 @@ def files(directory: Path) -> dict[str, Path]:
     return out
 
 
-def _test_split(run_dir: Path, data: dict[str, Any]) -> Path | None:
+def _test_split(run_dir: Path, run: runs.RunReport) -> Path | None:
     """The test split the run was tested on (as `report.rescore` finds it), if here."""
     from transduce.io import sha256_file
 
-    expected = ((data.get("data") or {}).get("outputs") or {}).get("test.tsv")
-    for candidate in report.test_candidates(run_dir, data):
+    expected = (run.data.get("outputs") or {}).get("test.tsv")
+    for candidate in report.test_candidates(run_dir, run):
         if candidate.is_file() and (expected is None or sha256_file(candidate) == expected):
             return candidate
     return None

@@ -13,6 +13,7 @@ the same command again goes on where it stopped.
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import socket
 import subprocess
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from transduce.errors import ConfigError
-from transduce.experiments.runner import LOGS, Executor, Outcome
+from transduce.experiments.runner import FAILED, LOGS, Executor, ExecutorOptions, Outcome
 from transduce.experiments.spec import Cell
 
 
@@ -72,6 +73,8 @@ class RayExecutor(Executor):
     """Run cells as Ray tasks on the cluster at `address` (None: a local one, started and
     stopped here)."""
 
+    name = "ray"
+
     def __init__(
         self,
         directory: Path,
@@ -82,6 +85,35 @@ class RayExecutor(Executor):
     ) -> None:
         super().__init__(directory, max(1, int(cpus)), **kwargs)
         self.cpus, self.gpus, self.address = cpus, gpus, address
+        self.workers = max(1, int(cpus))  # for the estimate only: Ray decides
+
+    @classmethod
+    def from_options(
+        cls,
+        directory: Path,
+        options: ExecutorOptions,
+        cells: list[Cell],
+        announce: Callable[[str], None],
+    ) -> RayExecutor:
+        o = options
+        if (o.workers, o.threads, o.per_gpu, o.gpu_memory) != (None, None, None, None):
+            raise ConfigError(
+                "--workers, --threads, --per-gpu and --gpu-memory are of --executor local "
+                "(Ray places cells by --cpus/--gpus)"
+            )
+        cpus = 1.0 if o.cpus is None else o.cpus
+        gpus = 0.0 if o.gpus is None else o.gpus
+        for name, value in (("--cpus", cpus), ("--gpus", gpus)):
+            if value > 1 and value != int(value):
+                raise ConfigError(f"{name} {value:g}: above 1, Ray takes whole numbers only")
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError("--executor ray: needs Ray: pip install 'transduce[ray]'")
+        if o.address is not None:
+            reachable(o.address)
+        return cls(directory, cpus, gpus, o.address, data_root=o.data_root, announce=announce)
+
+    def describe(self) -> str:
+        return f"as Ray tasks, {self.cpus:g} CPU and {self.gpus:g} GPU"
 
     def run(self, cells: list[Cell], report: Callable[[list[Outcome]], None]) -> list[Outcome]:
         if not cells:
@@ -141,7 +173,7 @@ class RayExecutor(Executor):
                         except ray.exceptions.RayError as error:
                             lines = [x for x in str(error).strip().splitlines() if x.strip()]
                             why = lines[-1].strip() if lines else type(error).__name__
-                            outcomes.append(Outcome(cell, "failed", 0.0, f"Ray: {why}"))
+                            outcomes.append(Outcome(cell, FAILED, 0.0, f"Ray: {why}"))
                             report(outcomes)
                             continue
                         outcomes.append(self.outcome(cell, code, seconds))

@@ -43,6 +43,7 @@ from transduce.errors import TransduceError
 from transduce.experiments import ensembles, significance
 from transduce.experiments.runner import RUNS, finished, run_report
 from transduce.experiments.spec import AVERAGE, MONOTONICITY, Experiment
+from transduce.runs import RunDir, RunReport
 
 
 @dataclass
@@ -88,14 +89,14 @@ def scores(
         report = run_report(run_dir) if finished(run_dir) else None
         if report is not None:
             if stops is not None:
-                stops[cell.id] = str(report.get("stop"))
-            if seconds is not None and isinstance(report.get("training_seconds"), int | float):
-                seconds[cell.id] = float(report["training_seconds"])
+                stops[cell.id] = str(report.stop)
+            if seconds is not None and report.training_seconds is not None:
+                seconds[cell.id] = report.training_seconds
             if split == "dev":
                 found[cell.id] = best_dev(report)
                 continue
-            found[cell.id] = dict(report.get("test") or {})
-            if experiment.score and report.get("test") is not None:
+            found[cell.id] = dict(report.test_scores or {})
+            if experiment.score and report.test_scores is not None:
                 try:
                     found[cell.id].update(
                         rescore(cell.id, run_dir, report, experiment.score, experiment.variants)
@@ -114,12 +115,11 @@ def scores(
     return found, missing
 
 
-def best_dev(report: dict[str, Any]) -> dict[str, float]:
+def best_dev(report: RunReport) -> dict[str, float]:
     """The dev scores (and dev monotonicity, `MONOTONICITY`) of a run's best validation:
     the validation of train.json's `history` at the update its `best` names."""
-    best = report.get("best") if isinstance(report.get("best"), dict) else {}
-    history = report.get("history") if isinstance(report.get("history"), list) else []
-    for entry in history:
+    best = report.best
+    for entry in report.history:
         if isinstance(entry, dict) and entry.get("update") == best.get("update"):
             out = {
                 k: float(v)
@@ -137,7 +137,7 @@ def best_dev(report: dict[str, Any]) -> dict[str, float]:
 def rescore(
     cell: str,
     run_dir: Path,
-    report: dict[str, Any],
+    report: RunReport,
     options: dict[str, dict[str, Any]],
     variants: str = "merge",
 ) -> dict[str, float]:
@@ -151,10 +151,10 @@ def rescore(
         TransduceError: no such test split, test.predictions changed since the run wrote
             it, or the files cannot be scored (naming the cell).
     """
-    data = report.get("data") or {}
+    data = report.data
     return _rescore(
         cell,
-        run_dir / "test.predictions",
+        RunDir(run_dir).predictions,
         (data.get("outputs") or {}).get("test.tsv"),
         test_candidates(run_dir, report),
         data.get("test_predictions_sha256"),
@@ -163,11 +163,11 @@ def rescore(
     )
 
 
-def test_candidates(run_dir: Path, report: dict[str, Any]) -> list[Path]:
+def test_candidates(run_dir: Path, report: RunReport) -> list[Path]:
     """Where a run's test split may be: its prepared data directory, else RUN_DIR/data."""
-    data = report.get("data") or {}
+    data = report.data
     candidates = [Path(data["directory"]) / "test.tsv"] if data.get("directory") else []
-    return [*candidates, run_dir / "data" / "test.tsv"]  # where `train` prepares raw data
+    return [*candidates, RunDir(run_dir).data / "test.tsv"]  # where `train` prepares raw data
 
 
 def _rescore(
@@ -237,7 +237,7 @@ def ensemble_scores(
             candidates = []
             for member in group.members:
                 run_dir = directory / RUNS / member
-                report = run_report(run_dir) or {}
+                report = run_report(run_dir) or RunReport()
                 candidates += test_candidates(run_dir, report)
             try:
                 found[group.id].update(
@@ -372,7 +372,7 @@ def ranking(experiment: Experiment, directory: Path) -> dict[str, Any]:
                 report = run_report(run_dir) if finished(run_dir) else None
                 if cell.system != trial or report is None:
                     continue
-                best = report.get("best") or {}
+                best = report.best
                 if isinstance(best.get("score"), int | float) and best.get("metric") in METRICS:
                     metric = metric or best["metric"]
                     per_dataset.setdefault(cell.dataset, []).append(float(best["score"]))
@@ -713,12 +713,13 @@ def histories(experiment: Experiment, directory: Path) -> dict[str, list[dict[st
     out = {}
     for cell in experiment.cells:
         run_dir = directory / RUNS / cell.id
-        log, report = run_dir / runlog.CSV, run_dir / "train.json"
-        rows = _log_rows(log) if log.is_file() else None
+        files = RunDir(run_dir)
+        rows = _log_rows(files.metrics) if files.metrics.is_file() else None
         if rows is not None:
             out[cell.id] = rows
-        elif report.is_file():
-            history = (run_report(run_dir) or {}).get("history") or []
+        elif files.report.is_file():
+            report = files.read_report()
+            history = report.history if report is not None else []
             out[cell.id] = [runlog.row(entry) for entry in history]
     return out
 

@@ -27,15 +27,17 @@ import subprocess
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from transduce import defaults, recipe_loader
 from transduce.errors import EXIT_INTERRUPTED, ConfigError
 from transduce.experiments.spec import Cell, EnsembleSpec, Experiment
 from transduce.io import atomic_write_text, child_environment
+from transduce.runs import RunDir, RunReport
 
 RUNS, LOGS, STATE = "runs", "logs", "cells.json"
 STOPPING = "\n{}: the running cells stop after their update; no new cell starts\n"
@@ -44,58 +46,17 @@ STOP_SIGNALS = {"SIGINT": "Ctrl-C", "SIGTERM": "SIGTERM", "SIGHUP": "SIGHUP"}
 DONE, FAILED, INTERRUPTED, PENDING, RUNNING = "done", "failed", "interrupted", "pending", "running"
 
 
-# the shape of what an experiment reads in a train.json: key -> the kinds it may be
-REPORT_SHAPE: dict[str, tuple[type, ...]] = {
-    "stop": (str, type(None)),
-    "test": (dict, type(None)),
-    "best": (dict, type(None)),
-    "history": (list,),
-    "config": (dict,),
-    "data": (dict, type(None)),
-    "test_monotonicity": (dict, type(None)),
-    "training_seconds": (int, float, type(None)),
-}
-
-
-def report_problem(report: Any) -> str | None:
-    """What in a train.json's contents is not of the shape `train` writes (None: nothing):
-    a key and its value, said for a message."""
-    if not isinstance(report, dict):
-        return f"is {type(report).__name__}, not a run's report (a JSON object)"
-    for key, kinds in REPORT_SHAPE.items():
-        value = report.get(key)
-        if key in report and (isinstance(value, bool) or not isinstance(value, kinds)):
-            return f"its {key!r} is {value!r:.60}, not what train writes"
-    for key, value in (report.get("test") or {}).items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return f"its test score {key!r} is {value!r:.60}, not a number"
-    if any(not isinstance(entry, dict) for entry in report.get("history") or []):
-        return "its 'history' holds an entry that is not a JSON object"
-    return None
-
-
-def run_report(run_dir: Path) -> dict[str, Any] | None:
+def run_report(run_dir: Path) -> RunReport | None:
     """The train.json of the run in `run_dir`, if it is one of the shape `train` writes;
     None if there is none, or it is unreadable or damaged (the run counts as not finished,
     so `experiment run` resumes it, which writes it again)."""
-    try:
-        report = json.loads((run_dir / "train.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return None if report_problem(report) else report
+    return RunDir(run_dir).read_report()
 
 
 def finished(run_dir: Path) -> bool:
-    """Whether the run in `run_dir` has finished (its train.json says it stopped at a
-    limit, with the test scores when it was to test)."""
+    """Whether the run in `run_dir` has finished (`RunReport.finished`)."""
     report = run_report(run_dir)
-    if report is None:
-        return False
-    testing = ((report.get("config") or {}).get("train") or {}).get("test", True)
-    no_test = (report.get("data") or {}).get("test_sources") is None  # nothing to test
-    return report.get("stop") not in (None, "interrupted") and (
-        report.get("test") is not None or not testing or no_test
-    )
+    return report is not None and report.finished
 
 
 PER_GPU = 4  # cells at once on each GPU, by default (`benchmarks/gpu_check.py` measures 1-8)
@@ -146,44 +107,14 @@ def last_line(log: Path) -> str:
     return next((line for line in reversed(lines) if line), "")
 
 
-class Executor:
-    """What every executor does: the `transduce train` command of a cell, its log, what
-    its exit status means, and Ctrl-C (`stopping`: no new cell starts)."""
+class Stopping:
+    """Ctrl-C, SIGTERM and SIGHUP while child processes run: `stopping` once one came (no
+    new process starts); a Ctrl-C reaches the children itself, the others are passed on
+    to them as a Ctrl-C (`pass_on`)."""
 
-    def __init__(
-        self,
-        directory: Path,
-        threads: int,
-        data_root: str | Path | None = None,
-        announce: Callable[[str], None] = lambda text: None,
-    ) -> None:
-        self.directory, self.threads = Path(directory), threads
-        self.data_root, self.announce = data_root, announce
+    def __init__(self) -> None:
         self.stopping = False
         self._unpassed = 0  # SIGTERMs and SIGHUPs not yet passed on to the processes
-
-    def command(self, cell: Cell) -> list[str]:
-        """The `transduce train` command of a cell (`--resume` when it has a last.pt)."""
-        run_dir = self.directory / RUNS / cell.id
-        recipe = str(Path(cell.recipe).resolve()) if Path(cell.recipe).is_file() else cell.recipe
-        command = [sys.executable, "-m", "transduce", "train", "--config", recipe]
-        command += ["--out", str(run_dir.resolve())]
-        for override in (f"train.threads={self.threads}", *cell.overrides):  # the file's last
-            command += ["--set", override]
-        # absolute: a cell may run elsewhere (a Ray worker), in another directory
-        root, _ = recipe_loader.data_root(self.data_root)
-        command += ["--data-root", os.path.abspath(root.expanduser())]
-        return command + (["--resume"] if (run_dir / "last.pt").is_file() else [])
-
-    def log(self, cell: Cell) -> Path:
-        return (self.directory / LOGS / f"{cell.id}.log").resolve()
-
-    def outcome(self, cell: Cell, code: int, seconds: float) -> Outcome:
-        if code == 0:
-            return Outcome(cell, DONE, seconds)
-        if code == EXIT_INTERRUPTED or (self.stopping and code < 0):
-            return Outcome(cell, INTERRUPTED, seconds)
-        return Outcome(cell, FAILED, seconds, f"exit {code}: {last_line(self.log(cell))}")
 
     @contextlib.contextmanager
     def interrupts(self) -> Iterator[None]:
@@ -221,6 +152,88 @@ class Executor:
                         process.send_signal(signal.SIGINT)
 
 
+@dataclass
+class ExecutorOptions:
+    """The options of `experiment run` that place cells, as given (None: not given); each
+    executor refuses those of the others (`Executor.from_options`)."""
+
+    workers: int | None = None
+    threads: int | None = None
+    per_gpu: int | None = None
+    gpu_memory: float | None = None
+    address: str | None = None
+    cpus: float | None = None
+    gpus: float | None = None
+    data_root: str | Path | None = None
+
+
+class Executor(Stopping, ABC):
+    """What every executor does: the `transduce train` command of a cell, its log, what
+    its exit status means, and Ctrl-C (`stopping`: no new cell starts). A kind of
+    executor implements `run` and `from_options`, and is named in `EXECUTORS`."""
+
+    name: ClassVar[str]
+    workers: int  # cells at once (for the estimate of the time left)
+
+    def __init__(
+        self,
+        directory: Path,
+        threads: int,
+        data_root: str | Path | None = None,
+        announce: Callable[[str], None] = lambda text: None,
+    ) -> None:
+        super().__init__()
+        self.directory, self.threads = Path(directory), threads
+        self.data_root, self.announce = data_root, announce
+
+    @classmethod
+    @abstractmethod
+    def from_options(
+        cls,
+        directory: Path,
+        options: ExecutorOptions,
+        cells: list[Cell],
+        announce: Callable[[str], None],
+    ) -> Executor:
+        """The executor for `cells`, from the options of `experiment run`.
+
+        Raises:
+            ConfigError: an option of another executor, a bad value, or what it needs is
+                missing (a GPU, Ray).
+        """
+
+    @abstractmethod
+    def run(self, cells: list[Cell], report: Callable[[list[Outcome]], None]) -> list[Outcome]:
+        """Run `cells` (those not finished); `report` is called after each outcome."""
+
+    def describe(self) -> str:
+        """How it runs the cells, for the first line of `experiment run`."""
+        return f"{self.workers} at a time"
+
+    def command(self, cell: Cell) -> list[str]:
+        """The `transduce train` command of a cell (`--resume` when it has a last.pt)."""
+        run_dir = self.directory / RUNS / cell.id
+        recipe = str(Path(cell.recipe).resolve()) if Path(cell.recipe).is_file() else cell.recipe
+        command = [sys.executable, "-m", "transduce", "train", "--config", recipe]
+        command += ["--out", str(run_dir.resolve())]
+        for override in (f"train.threads={self.threads}", *cell.overrides):  # the file's last
+            command += ["--set", override]
+        # absolute: a cell may run elsewhere (a Ray worker), in another directory
+        root, _ = recipe_loader.data_root(self.data_root)
+        command += ["--data-root", os.path.abspath(root.expanduser())]
+        return command + (["--resume"] if RunDir(run_dir).resumable() else [])
+
+    def log(self, cell: Cell) -> Path:
+        return (self.directory / LOGS / f"{cell.id}.log").resolve()
+
+    def outcome(self, cell: Cell, code: int, seconds: float) -> Outcome:
+        if code == 0:
+            return Outcome(cell, DONE, seconds)
+        if code == EXIT_INTERRUPTED or (self.stopping and code < 0):
+            return Outcome(cell, INTERRUPTED, seconds)
+        return Outcome(cell, FAILED, seconds, f"exit {code}: {last_line(self.log(cell))}")
+
+
 class LocalExecutor(Executor):
     """Run cells as `transduce train` processes on this machine, `workers` at a time.
     They share this command's process group, so a Ctrl-C at the terminal reaches them.
@@ -228,6 +241,8 @@ class LocalExecutor(Executor):
     With `gpus` (CUDA_VISIBLE_DEVICES names), each cell is given one of them, the one
     running the fewest cells, and at most `per_gpu` cells share a GPU (a cell waits for a
     place); `gpu_memory` (a fraction) caps what each cell's PyTorch may allocate on it."""
+
+    name = "local"
 
     def __init__(
         self,
@@ -242,6 +257,43 @@ class LocalExecutor(Executor):
         super().__init__(directory, threads, **kwargs)
         self.workers, self.gpus, self.per_gpu = workers, list(gpus), per_gpu
         self.gpu_memory = gpu_memory
+
+    @classmethod
+    def from_options(
+        cls,
+        directory: Path,
+        options: ExecutorOptions,
+        cells: list[Cell],
+        announce: Callable[[str], None],
+    ) -> LocalExecutor:
+        o = options
+        if o.address is not None or o.cpus is not None or o.gpus is not None:
+            raise ConfigError("--address, --cpus and --gpus are options of --executor ray")
+        gpus = visible_gpus()
+        if (o.per_gpu is not None or o.gpu_memory is not None) and not gpus:
+            raise ConfigError("--per-gpu and --gpu-memory: torch sees no GPU on this machine")
+        if all(c.device == "cpu" for c in cells):  # train.device: cpu: no GPU to share
+            gpus = []
+        per_gpu = o.per_gpu or PER_GPU
+        workers = o.workers or default_workers(len(gpus), per_gpu)
+        threads = o.threads or threads_per_cell(workers)
+        return cls(
+            directory,
+            workers,
+            threads,
+            gpus,
+            per_gpu,
+            o.gpu_memory,
+            data_root=o.data_root,
+            announce=announce,
+        )
+
+    def describe(self) -> str:
+        how = f"{self.workers} at a time"
+        if self.gpus:
+            many = "s" if len(self.gpus) > 1 else ""
+            how += f" on {len(self.gpus)} GPU{many}, at most {self.per_gpu} on each"
+        return how
 
     def place(self, placed: Iterable[str | None]) -> str | None:
         """The GPU for the next cell, given those of the running cells (None: no place)."""
@@ -321,7 +373,7 @@ def state(
             else DONE
             if cell.id not in running and finished(run_dir)
             else INTERRUPTED
-            if (run_dir / "last.pt").is_file()
+            if RunDir(run_dir).resumable()
             else PENDING
         )
         cells.append(

@@ -24,7 +24,7 @@ import torch
 from transduce import config as configuration
 from transduce.data import tokens
 from transduce.data.dataset import EvalSet, Pair, Prepared, load_prepared
-from transduce.data.prepare import PrepareRequest, prepare
+from transduce.data.prepare import MANIFEST, PrepareRequest, prepare
 from transduce.data.vocab import Vocab
 from transduce.errors import ConfigError, DataError
 from transduce.models import MODELS, Model
@@ -147,7 +147,7 @@ class Task(ABC, Generic[D]):
         if data.prepared is not None:
             return Path(data.prepared)
         target = run_dir / "data"
-        if (target / "manifest.json").is_file():
+        if (target / MANIFEST).is_file():
             return target  # prepared by an earlier start of this run
         if data.format is None:  # config.DataConfig.check requires one of the two
             raise ConfigError("data.prepared: give `prepared` or `format`")
@@ -194,7 +194,8 @@ class Task(ABC, Generic[D]):
             )
         t = self.config.train
         if t.dev_subset is not None:
-            dev = dev_subset(dev, t.dev_subset, t.seed)
+            seed = t.seed if t.dev_subset_seed is None else t.dev_subset_seed
+            dev = dev_subset(dev, t.dev_subset, seed)
         test = prepared.splits["test"] if t.test else []
         return Splits(prepared, kept, len(train) - len(kept), dev, test)
 

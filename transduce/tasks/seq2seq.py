@@ -46,15 +46,16 @@ class Seq2SeqTask(Task[TaskData]):
 
     @classmethod
     def check(cls, config: configuration.Config) -> list[str]:
-        if issubclass(METRICS[config.train.select_on], TaggingAccuracy):
-            return [
-                f"train.select_on: {config.train.select_on} scores taggers; choose another metric"
-            ]
+        t = config.train
+        for key, name in [("select_on", t.select_on)] + [("select_also", n) for n in t.select_also]:
+            if name in METRICS and issubclass(METRICS[name], TaggingAccuracy):
+                return [f"train.{key}: {name} scores taggers; choose another metric"]
         return []
 
     @property
     def metrics(self) -> list[str]:
-        return list(dict.fromkeys([self.config.train.select_on, *EVAL_METRICS]))
+        t = self.config.train
+        return list(dict.fromkeys([t.select_on, *t.select_also, *EVAL_METRICS]))
 
     # ----------------------------------------------------------------- data
 

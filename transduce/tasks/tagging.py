@@ -171,6 +171,8 @@ class TaggingTask(Task[TaggingData]):
             problems.append(
                 f"train.select_on: a tagger is selected on tagacc, not {config.train.select_on}"
             )
+        if config.train.select_also:
+            problems.append("train.select_also: a tagger is selected on tagacc alone")
         if config.loss.monotonicity.weight > 0:
             problems.append("loss.monotonicity: a tagger has no cross-attention to make monotone")
         if config.data.source_eos:

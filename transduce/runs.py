@@ -1,0 +1,215 @@
+"""The run directory that `train` writes, and its report: every file name of a run
+directory is defined here, once (`RunDir`), and `train.json` is read and written through
+`RunReport`, so that the trainer, `experiment run` and `report`, ensembles, `analyze` and
+`train --resume` read one report the same way.
+
+No torch here: the CLI's light paths (completion, `score`) import it through `outputs`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The files and folders of a run directory
+LAST, BEST = "last.pt", "best.pt"  # the checkpoint to resume from; the best one
+CONFIG = "config.yaml"  # the resolved recipe
+REPORT = "train.json"  # what the run did (`RunReport`)
+PREDICTIONS = "test.predictions"  # the best checkpoint's outputs on the test split
+METRICS = "metrics.csv"  # a row per validation, as they happen
+MARKER = "transduce-run.json"  # written as the run starts: the folder is ours to write in
+LOCK = ".lock"  # held by the process that writes the run directory
+KEPT = "checkpoints"  # train.keep_best / keep_last: the kept checkpoints
+TENSORBOARD = "tensorboard"
+DATA = "data"  # the raw data, prepared by `train` for the run
+
+# what `train` writes that marks a folder as a run directory (the first two: checkpoints)
+FILES = (LAST, BEST, CONFIG, REPORT, PREDICTIONS)
+# every name `train` writes in a run directory, files and folders
+OWNED = (*FILES, MARKER, LOCK, METRICS, KEPT, TENSORBOARD, DATA)
+
+INTERRUPTED = "interrupted"  # the `stop` of a run stopped by Ctrl-C (SIGINT)
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run directory: the path of each of its files."""
+
+    path: Path
+
+    def __init__(self, path: str | Path) -> None:
+        object.__setattr__(self, "path", Path(path))
+
+    @property
+    def last(self) -> Path:
+        return self.path / LAST
+
+    @property
+    def best(self) -> Path:
+        return self.path / BEST
+
+    @property
+    def config(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def report(self) -> Path:
+        return self.path / REPORT
+
+    @property
+    def predictions(self) -> Path:
+        return self.path / PREDICTIONS
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / METRICS
+
+    @property
+    def marker(self) -> Path:
+        return self.path / MARKER
+
+    @property
+    def lock(self) -> Path:
+        return self.path / LOCK
+
+    @property
+    def kept(self) -> Path:
+        return self.path / KEPT
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / TENSORBOARD
+
+    @property
+    def data(self) -> Path:
+        return self.path / DATA
+
+    def resumable(self) -> bool:
+        """Whether it has a checkpoint to resume from."""
+        return self.last.is_file()
+
+    def read_report(self) -> RunReport | None:
+        """Its train.json, if it has one of the shape `train` writes; None if there is
+        none, or it is unreadable or damaged."""
+        return RunReport.read(self.report)
+
+
+# the shape of what is read from a train.json: key -> the kinds it may be
+SHAPE: dict[str, tuple[type, ...]] = {
+    "stop": (str, type(None)),
+    "test": (dict, type(None)),
+    "best": (dict, type(None)),
+    "history": (list,),
+    "config": (dict,),
+    "data": (dict, type(None)),
+    "test_monotonicity": (dict, type(None)),
+    "training_seconds": (int, float, type(None)),
+}
+
+
+def problem(report: Any) -> str | None:
+    """What in a train.json's contents is not of the shape `train` writes (None: nothing):
+    a key and its value, said for a message."""
+    if not isinstance(report, dict):
+        return f"is {type(report).__name__}, not a run's report (a JSON object)"
+    for key, kinds in SHAPE.items():
+        value = report.get(key)
+        if key in report and (isinstance(value, bool) or not isinstance(value, kinds)):
+            return f"its {key!r} is {value!r:.60}, not what train writes"
+    for key, value in (report.get("test") or {}).items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"its test score {key!r} is {value!r:.60}, not a number"
+    if any(not isinstance(entry, dict) for entry in report.get("history") or []):
+        return "its 'history' holds an entry that is not a JSON object"
+    return None
+
+
+@dataclass
+class RunReport:
+    """A run's train.json: `fields` as written (the README lists them), read through the
+    properties below."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> RunReport:
+        """The report in `path`.
+
+        Raises:
+            OSError: it cannot be read.
+            ValueError: it is not JSON, or not of the shape `train` writes.
+        """
+        fields = json.loads(Path(path).read_text(encoding="utf-8"))
+        found = problem(fields)
+        if found:
+            raise ValueError(found)
+        return cls(fields)
+
+    @classmethod
+    def read(cls, path: str | Path) -> RunReport | None:
+        """`from_json`, or None where it cannot be read or is damaged."""
+        try:
+            return cls.from_json(path)
+        except (OSError, ValueError):
+            return None
+
+    def to_json(self, path: str | Path) -> None:
+        """Write it, atomically (`transduce.reporting.write_json`)."""
+        from transduce.reporting import write_json
+
+        write_json(Path(path), self.fields)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.fields.get(key, default)
+
+    @property
+    def stop(self) -> str | None:
+        """Why the run stopped (None: no session has stopped yet)."""
+        return self.fields.get("stop")
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stop == INTERRUPTED
+
+    @property
+    def test_scores(self) -> dict[str, float] | None:
+        return self.fields.get("test")
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.fields.get("config") or {}
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self.fields.get("data") or {}
+
+    @property
+    def best(self) -> dict[str, Any]:
+        best = self.fields.get("best")
+        return best if isinstance(best, dict) else {}
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        history = self.fields.get("history")
+        return history if isinstance(history, list) else []
+
+    @property
+    def updates(self) -> int | None:
+        return self.fields.get("updates")
+
+    @property
+    def training_seconds(self) -> float | None:
+        seconds = self.fields.get("training_seconds")
+        return float(seconds) if isinstance(seconds, int | float) else None
+
+    @property
+    def finished(self) -> bool:
+        """Stopped at a limit (not interrupted), with the test scores when it was to test
+        (`train.test`) and had a test split."""
+        testing = (self.config.get("train") or {}).get("test", True)
+        no_test = self.data.get("test_sources") is None  # nothing to test
+        return self.stop not in (None, INTERRUPTED) and (
+            self.test_scores is not None or not testing or no_test
+        )
