@@ -51,6 +51,7 @@ from torch import Tensor, nn
 from transduce.data import tokens
 from transduce.data.batching import Batch
 from transduce.errors import ConfigError
+from transduce.models import Seq2SeqModel, Tagger
 from transduce.special import BOS_ID, EOS_ID, PAD_ID, SEP, SPACE, SPECIALS, UNK_ID, unescape
 
 FORMATS = ("torchscript",)
@@ -185,7 +186,7 @@ def sorted_by_length(lengths: list[int]) -> list[int]:
 class _Encoder(nn.Module):
     """Traced: source ids B x S and mask -> the decoder's first state."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: Seq2SeqModel) -> None:
         super().__init__()
         self.model = model
 
@@ -196,7 +197,7 @@ class _Encoder(nn.Module):
 class _Step(nn.Module):
     """Traced: one decoder step."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: Seq2SeqModel) -> None:
         super().__init__()
         self.model = model
 
@@ -210,7 +211,7 @@ class _Step(nn.Module):
 class _Tag(nn.Module):
     """Traced: a tagger's tag ids B x S from words B x S, mask and characters B x S x C."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: Tagger) -> None:
         super().__init__()
         self.model = model
 
@@ -601,15 +602,13 @@ def _check(model: Any, encoder: nn.Module, step: nn.Module) -> None:
 
 def build(transducer: Any) -> nn.Module:
     """The TorchScript module of a loaded model (`Transducer`), on the CPU, float32."""
-    from transduce.models import Seq2SeqModel, Tagger
-
     if len(transducer.members) > 1:
         raise ExportError("an ensemble cannot be exported; export its models one by one")
     _refuse_unless_exportable(transducer)
     model = transducer.model.float().cpu().eval()
-    for module in model.modules():  # sinusoid tables: 1,024 positions (traced as they are)
-        if hasattr(module, "grow"):
-            module.grow(POSITIONS)
+    for part in model.modules():  # sinusoid tables: 1,024 positions (traced as they are)
+        if hasattr(part, "grow"):
+            part.grow(POSITIONS)
     decode = transducer.task.config.decode
     vocabs = transducer.payload["vocab"]
     text = _text_spec(transducer)
@@ -679,7 +678,7 @@ def export(
         raise ExportError(
             f"--format {format}: not written yet; the formats are {', '.join(FORMATS)}"
         )
-    payload = checkpoint.load(model_path)
+    payload = checkpoint.load(os.fspath(model_path))
     transducer = Transducer.from_checkpoint(payload, "cpu", bf16=False)
     module = build(transducer)
     config = transducer.task.config

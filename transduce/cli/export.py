@@ -41,7 +41,7 @@ def export_command(
 ) -> None:
     """Export a trained model (its vocabularies and tokenization with it) for use without
     transduce: `m = torch.jit.load(FILE); m.transduce(["word", ...])`."""
-    value = getattr(format, "value", format)
+    value = str(getattr(format, "value", format))
     if value == "onnx":
         raise ConfigError(
             "--format onnx: ONNX's standard operators cannot cut a UTF-8 string into "

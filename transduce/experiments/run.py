@@ -73,7 +73,7 @@ class ExperimentRun:
     whether a signal stopped it, and what is left."""
 
     outcomes: list[Outcome]
-    ensembles: list[ensembles.EnsembleOutcome]
+    decoded: list[ensembles.EnsembleOutcome]  # the ensembles decoded in this session
     stopped: bool
     left: list[Cell]  # chosen cells not finished
     waiting: list[ensembles.Group]  # ensembles whose runs are done, not decoded
@@ -84,7 +84,7 @@ class ExperimentRun:
 
     @property
     def failed_ensembles(self) -> list[ensembles.EnsembleOutcome]:
-        return [o for o in self.ensembles if o.status == FAILED]
+        return [o for o in self.decoded if o.status == FAILED]
 
 
 def run_experiment(
