@@ -22,7 +22,7 @@ import yaml
 import transduce
 from transduce import checkpoint
 from transduce import config as configuration
-from transduce.io import DirectoryLock
+from transduce.locking import DirectoryLock
 from transduce.runs import LOCK
 from transduce.training import Trainer
 

@@ -247,7 +247,7 @@ def test_nproc_1_is_one_process_in_a_process_group_that_trains_as_without(copy, 
 
 def test_nproc_on_a_run_directory_in_use_is_refused_once(copy, tmp_path):
     """N16: every rank said it (the refusal, and rank 1's "another process stopped")."""
-    from transduce.io import DirectoryLock
+    from transduce.locking import DirectoryLock
     from transduce.outputs import LOCK
 
     config = write_recipe(tmp_path / "r.yaml", copy, max_updates=2)

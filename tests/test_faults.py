@@ -3,7 +3,7 @@ its end), then resumed, ends bit-identical to a run that was never stopped; a ru
 cannot be resumed as asked changes nothing; one writer per run directory; a full disk.
 
 The kills are exact, not timed: `TRANSDUCE_FAULT=POINT[@N][:SIGNAL]` makes the trainer
-send itself SIGNAL the N-th time it reaches POINT (`transduce.io.fault_point`).
+send itself SIGNAL the N-th time it reaches POINT (`transduce.faults.fault_point`).
 """
 
 from __future__ import annotations
@@ -443,10 +443,10 @@ def test_a_full_disk_during_training_is_one_line_and_resumable(reference, tmp_pa
 
 
 def test_the_fault_hook_is_inert_without_the_variable(monkeypatch):
-    from transduce import io
-    from transduce.io import fault_point
+    from transduce import faults
+    from transduce.faults import fault_point
 
-    monkeypatch.setattr(io, "_fault_counts", {})
+    monkeypatch.setattr(faults, "_fault_counts", {})
     monkeypatch.delenv("TRANSDUCE_FAULT", raising=False)
     fault_point("validation")  # nothing happens
     monkeypatch.setenv("TRANSDUCE_FAULT", "validation@2:INT")
@@ -520,7 +520,7 @@ def test_a_second_prepare_on_one_output_is_refused(tmp_path: Path):
     source = tmp_path / "words.tsv"
     source.write_text("".join(f"w{i}\tW {i}\n" for i in range(60)), encoding="utf-8")
     out = tmp_path / "out"
-    from transduce.io import DirectoryLock
+    from transduce.locking import DirectoryLock
 
     with DirectoryLock(tmp_path / ".out.lock", out):
         result = prepare(out, source)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from transduce.errors import DataError
-from transduce.io import atomic_write_text, decode_lines
+from transduce.io import atomic_write_text
+from transduce.lines import decode_lines
 
 
 def test_atomic_write_replaces_a_regular_file(tmp_path: Path):

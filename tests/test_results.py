@@ -93,3 +93,28 @@ def test_sigmorphon2020_results_score_as_the_official_scorer(experiment: str):
         wer, ler = official.sigmorphon2021_wer(pairs), official.sigmorphon2020_ler(pairs)
         assert wer == pytest.approx(recorded["wer"], abs=1e-9), name
         assert ler == pytest.approx(recorded["per"], abs=1e-9), name
+
+
+def test_ud22_results_score_as_upos_accuracy_over_all_words():
+    """Dufter et al. on UD 2.2: a run's test.predictions (a line of tags per sentence)
+    against the UPOS column of the CoNLL-U test file, over every syntactic word (integer
+    ids: no multiword-token ranges, no empty nodes), as the CoNLL 2018 evaluation counts
+    UPOS on gold tokenization; the recorded tagacc to 1e-9."""
+    data = shared_data()
+    if data is None:
+        pytest.skip("no shared data")
+    for name, predictions, recorded in outputs("dufter2020-pos-ud22"):
+        path = raw_test_file(run_config(predictions), data)
+        gold: list[list[str]] = [[]]
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                if gold[-1]:
+                    gold.append([])
+            elif not line.startswith("#") and line.split("\t")[0].isdigit():
+                gold[-1].append(line.split("\t")[3])
+        gold = [s for s in gold if s]
+        guesses = [line.split(" ") for line in predictions.read_text("utf-8").splitlines()]
+        assert len(guesses) == len(gold) and all(len(g) == len(t) for g, t in zip(guesses, gold))
+        right = sum(a == b for g, t in zip(guesses, gold) for a, b in zip(g, t))
+        total = sum(len(t) for t in gold)
+        assert 100 * right / total == pytest.approx(recorded["tagacc"], abs=1e-9), name

@@ -40,7 +40,8 @@ from transduce.data.dataset import load_prepared, parse_split_line
 from transduce.decoding import decode_all
 from transduce.errors import ConfigError, DataError, TransduceError, plural
 from transduce.inference import Transducer
-from transduce.io import decode_lines, read_bytes, save_figure
+from transduce.io import save_figure
+from transduce.lines import decode_lines, read_bytes
 from transduce.models import Seq2SeqModel, expect
 from transduce.monotonicity import FLOOR, MonotonicityStats, counted_positions
 from transduce.runs import RunDir

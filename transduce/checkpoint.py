@@ -25,14 +25,8 @@ import torch
 
 from transduce import runs
 from transduce.errors import CheckpointError, ConfigError, TransduceError
-from transduce.io import (
-    atomic_binary,
-    atomic_write_text,
-    fault_point,
-    remove,
-    sha256_file,
-    stale_temporaries,
-)
+from transduce.faults import fault_point
+from transduce.io import atomic_binary, atomic_write_text, remove, sha256_file, stale_temporaries
 
 FORMAT = "transduce.checkpoint/1"
 BEST, LAST = runs.BEST, runs.LAST

@@ -48,6 +48,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from transduce.config import DecodeConfig
 from transduce.data import tokens
 from transduce.data.batching import Batch
 from transduce.errors import ConfigError
@@ -370,8 +371,8 @@ class Seq2SeqExport(nn.Module):
     @torch.jit.export
     def transduce(self, lines: list[str], batch_size: int = 0) -> list[str]:
         """The best output of each line, as `transduce decode` prints it (an empty line for
-        an empty one); greedy, in batches of `batch_size` lines of similar lengths (0: the
-        recipe's decode.batch_size)."""
+        an empty one); greedy, in batches of `batch_size` lines of similar lengths (0: as
+        `transduce decode` by default, 256)."""
         size = batch_size if batch_size > 0 else self.batch_size
         results: list[str] = ["" for _ in lines]
         chunk = 16 * size  # `transduce decode` sorts 16 batches of input lines at a time
@@ -609,7 +610,6 @@ def build(transducer: Any) -> nn.Module:
     for part in model.modules():  # sinusoid tables: 1,024 positions (traced as they are)
         if hasattr(part, "grow"):
             part.grow(POSITIONS)
-    decode = transducer.task.config.decode
     vocabs = transducer.payload["vocab"]
     text = _text_spec(transducer)
     with torch.no_grad(), warnings.catch_warnings():
@@ -640,8 +640,8 @@ def build(transducer: Any) -> nn.Module:
                 {
                     "input_limit": limit or 0,
                     "max_length": longest or 0,
-                    "max_output_length": decode.max_output_length or 0,
-                    "batch_size": decode.batch_size,
+                    "max_output_length": 0,  # 2 |x| + 10, as `transduce decode` by default
+                    "batch_size": DecodeConfig().batch_size,
                 },
             )
         elif isinstance(model, Tagger):
@@ -657,7 +657,7 @@ def build(transducer: Any) -> nn.Module:
                 {
                     "max_word_length": model.config.max_word_length,
                     "max_length": model.max_length or 0,
-                    "batch_size": decode.batch_size,
+                    "batch_size": DecodeConfig().batch_size,
                 },
             )
         else:

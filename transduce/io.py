@@ -1,13 +1,11 @@
-"""Reading text lines with precise errors, and writing files and directories atomically.
-
-Lines are split on "\\n" only (never on the other characters `str.splitlines` treats as
-line breaks, such as U+2028 or U+001C, which do occur inside real data); a trailing "\\r"
-(CRLF files) and a leading byte-order mark are dropped.
+"""Writing files and directories atomically (temporary, fsync, rename; the stale
+temporaries a killed write leaves), their hashes, and the processes the toolkit starts
+(`child_environment`, `stop_with_parent`). Reading lines: `transduce.lines`; the directory
+lock: `transduce.locking`; the fault-injection points: `transduce.faults`.
 """
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import ctypes
 import errno
@@ -19,221 +17,12 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from transduce.errors import EXIT_INTERRUPTED, DataError, TransduceError, chained_os_error
-
-STDIN = "-"
-
-
-def display(path: str | Path) -> str:
-    """How a path is named in messages: standard input is "<stdin>"."""
-    return "<stdin>" if str(path) == STDIN else str(path)
-
-
-@dataclass(frozen=True)
-class BadLine:
-    """A line that could not be decoded, kept so that a caller can skip and count it."""
-
-    line: int
-    message: str
-    value: str
-
-
-def resolved(path: str | Path) -> Path:
-    """`path` made absolute with its links followed, as far as they can be (a link loop or
-    an unreadable folder stops there, with no error)."""
-    try:
-        return Path(path).resolve()
-    except (OSError, RuntimeError):  # Python < 3.13 raises RuntimeError for a link loop
-        return Path(path).absolute()
-
-
-def read_bytes(path: str | Path) -> bytes:
-    """Read a whole file, or standard input when `path` is "-"."""
-    if str(path) == STDIN:
-        return sys.stdin.buffer.read()
-    try:
-        return Path(path).read_bytes()
-    except IsADirectoryError:
-        raise DataError("is a directory, not a file", path) from None
-    except OSError as error:
-        raise DataError(f"cannot read: {error.strerror}", path) from None
-
-
-def _split(text: str) -> list[str | None]:
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    if "\r" in text:
-        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
-    return lines
-
-
-def decode_lines(
-    data: bytes, path: str | Path, encoding: str = "utf-8", *, keep_bad: bool = False
-) -> tuple[list[str | None], list[BadLine]]:
-    """Decode `data` into lines.
-
-    Args:
-        data: The raw bytes of a file.
-        path: The file's name, for error messages.
-        encoding: A Python codec name; with UTF-8, a leading byte-order mark is dropped.
-        keep_bad: When False, the first undecodable line raises `DataError`; when True,
-            such lines are None in the result and reported in the second return value.
-
-    Returns:
-        The lines (None where a line could not be decoded) and the undecodable lines.
-    """
-    if encoding.replace("_", "-").lower() in ("utf-8", "utf8") and data.startswith(codecs.BOM_UTF8):
-        data = data[len(codecs.BOM_UTF8) :]  # a byte-order mark is not text (no line break in it)
-    try:
-        return _split(data.decode(encoding)), []
-    except LookupError:
-        raise DataError(f"unknown encoding {encoding!r}") from None
-    except UnicodeDecodeError as error:
-        if not keep_bad:
-            number = data.count(b"\n", 0, error.start) + 1
-            start = data.rfind(b"\n", 0, error.start) + 1
-            end = data.find(b"\n", error.start)
-            raw = data[start : None if end < 0 else end]
-            raise DataError(
-                f"invalid {encoding} (byte {data[error.start : error.start + 1]!r})",
-                path,
-                number,
-                raw.decode(encoding, errors="replace"),
-            ) from None
-    # Slow path: decode line by line so the good lines survive.
-    lines: list[str | None] = []
-    bad: list[BadLine] = []
-    raw_lines = data.split(b"\n")
-    if raw_lines[-1] == b"":
-        raw_lines.pop()
-    for number, raw in enumerate(raw_lines, 1):
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-        try:
-            text = raw.decode(encoding)
-        except UnicodeDecodeError:
-            lines.append(None)
-            value = raw.decode(encoding, errors="replace")
-            bad.append(BadLine(number, f"invalid {encoding}", value))
-            continue
-        lines.append(text)
-    return lines, bad
-
-
-def check_line_lengths(
-    lines: list[str | None], path: str | Path, limit: int | None, first: int = 1
-) -> None:
-    """A `DataError` for the first line longer than `limit` characters (None: no limit);
-    `first`: the number of `lines[0]`."""
-    if limit is None:
-        return
-    for number, line in enumerate(lines, first):
-        if line is not None and len(line) > limit:
-            raise DataError(
-                f"a line of {len(line):,} characters, over the limit of {limit:,} "
-                "(--max-line-length)",
-                display(path),
-                number,
-                line,
-            )
-
-
-def line_batches(
-    path: str | Path, size: int, max_chars: int | None = None
-) -> Iterator[tuple[int, list[str]]]:
-    """The lines of a file or of standard input ("-") in batches, as they arrive: a batch
-    is given as soon as it has `size` lines or, when no more input is ready yet (a pipe, a
-    person typing), with what it has. Yields (number of its first line, its lines); lines
-    are decoded as `decode_lines` does (UTF-8, a leading BOM and a trailing CR dropped) and
-    checked against `max_chars` (`check_line_lengths`)."""
-    name = display(path)
-    if str(path) == STDIN:
-        try:
-            fd = sys.stdin.fileno()
-        except (OSError, ValueError, AttributeError):  # a stand-in without a descriptor
-            whole = iter([read_bytes(STDIN), b""])
-            yield from _batches(lambda: next(whole), lambda: True, name, size, max_chars)
-            return
-        yield from _batches(lambda: os.read(fd, 1 << 16), lambda: _ready(fd), name, size,
-                            max_chars)  # fmt: skip
-        return
-    if os.path.isdir(path):
-        raise DataError("is a directory, not a file", path)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as error:
-        raise DataError(f"cannot read: {error.strerror}", path) from None
-    try:
-        yield from _batches(lambda: os.read(fd, 1 << 16), lambda: True, name, size, max_chars)
-    finally:
-        os.close(fd)
-
-
-def _ready(fd: int) -> bool:
-    """Whether reading `fd` now would not block (always True where select cannot tell)."""
-    try:
-        import select
-
-        return bool(select.select([fd], [], [], 0)[0])
-    except (ImportError, OSError, ValueError):
-        return True
-
-
-def _batches(
-    read: Callable[[], bytes],
-    ready: Callable[[], bool],
-    name: str,
-    size: int,
-    max_chars: int | None,
-) -> Iterator[tuple[int, list[str]]]:
-    pending, batch, first, number = b"", [], 1, 0
-    while True:
-        try:
-            chunk = read()
-        except OSError as error:
-            raise DataError(f"cannot read: {error.strerror}", name) from None
-        pending += chunk
-        complete: list[bytes] = []
-        if b"\n" in chunk or not chunk:  # split only when a line ended: linear in the input
-            *complete, pending = pending.split(b"\n")
-            if not chunk and pending:  # the last line, without a line end
-                complete, pending = [*complete, pending], b""
-        elif max_chars is not None and len(pending) > 4 * max_chars + 4:  # UTF-8: <= 4 bytes
-            raise DataError(
-                f"a line of more than {max_chars:,} characters (--max-line-length)",
-                name,
-                number + 1,
-                pending[:200].decode("utf-8", errors="replace"),
-            )
-        for raw in complete:
-            number += 1
-            if number == 1:
-                raw = raw.removeprefix(codecs.BOM_UTF8)
-            raw = raw.removesuffix(b"\r")
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                value = raw.decode("utf-8", errors="replace")
-                byte = raw[error.start : error.start + 1]
-                raise DataError(f"invalid utf-8 (byte {byte!r})", name, number, value) from None
-            check_line_lengths([line], name, max_chars, number)
-            batch.append(line)
-            if len(batch) == size:
-                yield first, batch
-                first, batch = number + 1, []
-        if not chunk:
-            break
-        if batch and not ready():  # nothing more yet: give what there is
-            yield first, batch
-            first, batch = number + 1, []
-    if batch:
-        yield first, batch
+from transduce.errors import EXIT_INTERRUPTED, TransduceError, chained_os_error
+from transduce.faults import fault_point
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -265,7 +54,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
             with open(path, "w", encoding="utf-8", newline="\n") as handle:
                 handle.write(text)
         except OSError as error:
-            raise _named(error, path) from None
+            raise named_error(error, path) from None
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_binary(path) as handle:
@@ -326,21 +115,21 @@ def _atomic_binary(path: Path) -> Iterator[BinaryIO]:
         if error.errno == errno.ENOENT and path.parent.is_dir():  # not "no such file": /proc
             why = f"cannot create a file in {path.parent} (its file system takes no new files)"
             raise OSError(error.errno, why, str(path)) from None
-        raise _named(error, path) from None
+        raise named_error(error, path) from None
     try:
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~umask())
         try:
             with os.fdopen(fd, "wb") as handle:
                 yield handle
                 handle.flush()
                 os.fsync(handle.fileno())
         except OSError as error:
-            raise _named(error, path) from None
+            raise named_error(error, path) from None
         except RuntimeError as error:  # torch's zip writer: a full disk is its cause
             cause = chained_os_error(error)
             if cause is None:
                 raise
-            raise _named(cause, path) from None
+            raise named_error(cause, path) from None
         fault_point(f"before-rename:{path.name}")
         os.replace(tmp, path)
         _sync_directory(path.parent)
@@ -350,7 +139,7 @@ def _atomic_binary(path: Path) -> Iterator[BinaryIO]:
         raise
 
 
-def _named(error: OSError, path: Path) -> OSError:
+def named_error(error: OSError, path: Path) -> OSError:
     """`error` as if it had happened on `path` (not on the temporary file beside it), so
     that messages name the file the user asked for."""
     return OSError(error.errno, error.strerror, str(path))
@@ -387,7 +176,7 @@ def write_file(path: Path, data: bytes) -> None:
     try:
         path.write_bytes(data)
     except OSError as error:
-        raise _named(error, path) from None
+        raise named_error(error, path) from None
 
 
 def stale_temporaries(directory: Path, names: Iterable[str] | None = None) -> list[Path]:
@@ -454,112 +243,7 @@ def stop_with_parent() -> None:
         raise SystemExit(EXIT_INTERRUPTED)
 
 
-# ------------------------------------------------------------------ fault injection
-
-FAULT_VARIABLE = "TRANSDUCE_FAULT"
-_fault_counts: dict[str, int] = {}
-
-
-def fault_point(name: str) -> None:
-    """A named point where the fault-injection tests stop the process.
-
-    `TRANSDUCE_FAULT=POINT[@N][:SIGNAL]` (SIGNAL: KILL (default), INT or TERM) sends the
-    signal to this process the N-th time (default 1) POINT is reached; unset, this does
-    nothing. The points: `update` (after an update's optimizer step), `validation` (before
-    a validation's checkpoints), `after-last`
-    (between last.pt and best.pt), `after-best` (after both), `before-rename:FILE` (a
-    temporary file or directory complete, not yet renamed to FILE), `before-test`,
-    `before-report`, and of `prepare --force`: `after-exchange:DIR` (the new directory in
-    place, the old not yet deleted) and `between-renames:DIR` (without an atomic exchange:
-    the old directory moved aside, the new not yet in place).
-    """
-    spec = os.environ.get(FAULT_VARIABLE)
-    if not spec:
-        return
-    point, sig = spec, "KILL"
-    head, _, tail = spec.rpartition(":")
-    if head and tail in ("KILL", "INT", "TERM"):
-        point, sig = head, tail
-    point, at, count = point.rpartition("@")
-    if not at:
-        point, count = count, ""
-    if point != name:
-        return
-    _fault_counts[name] = _fault_counts.get(name, 0) + 1
-    if _fault_counts[name] == int(count or 1):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.kill(os.getpid(), getattr(signal, "SIG" + sig))
-
-
-# ------------------------------------------------------------------------ locks
-
-
-class DirectoryLock:
-    """An exclusive lock that one process holds on a path while it writes there (a run
-    directory, a prepared dataset's destination); released when the process exits in any
-    way, since the kernel drops the `flock` of a dead process.
-
-    The lock is the file `lock_file`, holding the owner's PID; it is removed on release.
-    A second process gets a `TransduceError` naming the holder's PID.
-    """
-
-    def __init__(self, lock_file: Path, what: Path) -> None:
-        self.lock_file, self.what = Path(lock_file), what
-        self._fd: int | None = None
-
-    def acquire(self) -> DirectoryLock:
-        try:
-            import fcntl
-        except ImportError:  # not POSIX: no lock (Windows is not a supported platform)
-            return self
-        while True:
-            try:
-                fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
-            except OSError as error:
-                raise _named(error, self.lock_file) from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as error:
-                if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    # a file system without locks (some NFS or FUSE mounts): go on unlocked
-                    os.close(fd)
-                    return self
-                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
-                os.close(fd)
-                raise TransduceError(
-                    f"{self.what}: in use by another transduce process (PID {holder}); "
-                    "wait for it to end or stop it"
-                ) from None
-            # the file we locked may have been removed by the holder we waited on
-            try:
-                same = os.stat(self.lock_file).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
-        self._fd = fd
-        return self
-
-    def release(self) -> None:
-        if self._fd is None:
-            return
-        with contextlib.suppress(OSError):
-            os.unlink(self.lock_file)
-        os.close(self._fd)
-        self._fd = None
-
-    def __enter__(self) -> DirectoryLock:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def _umask() -> int:
+def umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -623,7 +307,7 @@ def atomic_directory(target: str | Path, *, force: bool = False) -> Iterator[Pat
     parent = target.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_MARK}", suffix=".tmp", dir=parent))
-    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; the result should not be
+    os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it private; the result should not be
     try:
         yield tmp
         fault_point(f"before-rename:{target.name}")

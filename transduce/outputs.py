@@ -17,7 +17,8 @@ from pathlib import Path
 from transduce import runs
 from transduce.data.prepared import is_prepared_file
 from transduce.errors import ConfigError
-from transduce.io import STDIN, is_temporary, resolved
+from transduce.io import is_temporary
+from transduce.lines import STDIN, resolved
 
 # What `train` writes in a run directory (a folder with a last.pt or best.pt), its marker,
 # its lock, and every name it writes there (`transduce.runs` names them)

@@ -31,7 +31,7 @@ import yaml
 
 from transduce import defaults
 from transduce.errors import ConfigError, DataError, plural
-from transduce.io import resolved
+from transduce.lines import resolved
 
 if TYPE_CHECKING:  # importlib.resources.abc is Python 3.11+
     from importlib.resources.abc import Traversable

@@ -24,7 +24,7 @@ from transduce import defaults
 from transduce.data import tokens
 from transduce.data.prepared import prepared_side
 from transduce.errors import ConfigError, DataError, plural
-from transduce.io import STDIN, check_line_lengths, decode_lines, display, read_bytes
+from transduce.lines import STDIN, check_line_lengths, decode_lines, display, read_bytes
 from transduce.metrics import METRICS
 from transduce.metrics.base import DataFile, FileContent, Metric, Option, Score, check_bootstrap
 from transduce.metrics.corpus import Corpus, Text

@@ -47,7 +47,9 @@ from transduce.data.batching import plan_batches
 from transduce.data.prepare import MANIFEST
 from transduce.distributed import World
 from transduce.errors import CheckpointError, ConfigError, out_of_memory, shorten
-from transduce.io import DirectoryLock, atomic_write_text, fault_point, remove, sha256_file
+from transduce.faults import fault_point
+from transduce.io import atomic_write_text, remove, sha256_file
+from transduce.locking import DirectoryLock
 from transduce.metrics import get_metric
 from transduce.models import Model
 from transduce.outputs import check_run_dir

@@ -20,7 +20,7 @@ from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
 from transduce.errors import ConfigError
-from transduce.io import STDIN, display, line_batches
+from transduce.lines import STDIN, display, line_batches
 from transduce.outputs import check_outputs
 from transduce.reporting import versions, write_json
 

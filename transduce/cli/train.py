@@ -120,8 +120,8 @@ def train_command(
             f"shipped recipe; give --config ./{local} for the file"
         )
     if nproc is not None:  # --nproc 1 too: one process under torchrun, in a process group
-        from transduce.io import DirectoryLock
         from transduce.launch import launch
+        from transduce.locking import DirectoryLock
 
         files = RunDir(run_dir)
         if files.marker.is_file():  # one of ours, maybe in use: said once, here,

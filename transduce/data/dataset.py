@@ -17,7 +17,8 @@ from transduce.data.formats import tag_symbol
 from transduce.data.prepare import MANIFEST, SPLITS
 from transduce.data.vocab import Vocab
 from transduce.errors import ConfigError, DataError
-from transduce.io import decode_lines, read_bytes, sha256_bytes
+from transduce.io import sha256_bytes
+from transduce.lines import decode_lines, read_bytes
 from transduce.special import SEP
 
 

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from transduce import defaults
 from transduce.data import tokens
 from transduce.errors import ConfigError, DataError, plural
-from transduce.io import decode_lines, read_bytes
+from transduce.lines import decode_lines, read_bytes
 from transduce.registry import lookup
 from transduce.special import RESERVED, SEP
 

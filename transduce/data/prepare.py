@@ -32,15 +32,9 @@ from transduce.data.formats import (
 )
 from transduce.data.splits import check_ratios, source_key, split_examples
 from transduce.errors import ConfigError, DataError
-from transduce.io import (
-    DirectoryLock,
-    atomic_directory,
-    recover_directory,
-    resolved,
-    sha256_bytes,
-    sha256_file,
-    write_file,
-)
+from transduce.io import atomic_directory, recover_directory, sha256_bytes, sha256_file, write_file
+from transduce.lines import resolved
+from transduce.locking import DirectoryLock
 from transduce.reporting import to_json
 from transduce.version import __version__
 

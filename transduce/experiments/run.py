@@ -32,7 +32,7 @@ from transduce.experiments.runner import (
     write_state,
 )
 from transduce.experiments.spec import Cell, Experiment
-from transduce.io import DirectoryLock
+from transduce.locking import DirectoryLock
 from transduce.progress import clock
 from transduce.runs import LOCK
 
