@@ -94,7 +94,10 @@ def greedy(
             best = best.index_select(0, rows)
             active = active[torch.tensor(keep)]
         previous = best
-    return results  # type: ignore[return-value]
+    done = [r for r in results if r is not None]  # every row ends: at EOS or at its limit
+    if len(done) != size:
+        raise RuntimeError("greedy: a sentence left the batch without an output")
+    return done
 
 
 @torch.inference_mode()

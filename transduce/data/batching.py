@@ -39,14 +39,15 @@ class Batch:
         without waiting for the copy (the next kernels on the stream wait for it)."""
         pin = torch.device(device).type == "cuda"
 
-        def move(t: Tensor | None) -> Tensor | None:
-            if t is None:
-                return None
+        def to(t: Tensor) -> Tensor:
             return (t.pin_memory() if pin else t).to(device, non_blocking=True)
 
+        def move(t: Tensor | None) -> Tensor | None:
+            return None if t is None else to(t)
+
         return Batch(
-            move(self.source),  # type: ignore[arg-type]
-            move(self.source_mask),  # type: ignore[arg-type]
+            to(self.source),
+            to(self.source_mask),
             move(self.target_in),
             move(self.target_out),
             move(self.target_mask),

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeGuard
 
 import editdistance
 
@@ -111,7 +111,9 @@ _SHARED: tuple[Sequence[str], Sequence[str], str] | None = None
 
 def _edit_slice(bounds: tuple[int, int]) -> tuple[list[int], list[int], list[int]]:
     start, stop = bounds
-    hyps, refs, unit = _SHARED  # type: ignore[misc]
+    if _SHARED is None:
+        raise RuntimeError("a worker of parallel_edit_stats started without its corpus")
+    hyps, refs, unit = _SHARED
     cut = cutter(unit)
     with no_gc():
         stats = edit_stats(list(map(cut, hyps[start:stop])), list(map(cut, refs[start:stop])), True)
@@ -144,7 +146,7 @@ def parallel_edit_stats(hyps: Sequence[str], refs: Sequence[str], unit: str) -> 
     return EditStats(edits, hyp_len, ref_len, [0] * n)
 
 
-def _all_str(items: Sequence[object]) -> bool:
+def _all_str(items: Sequence[object]) -> TypeGuard[Sequence[str]]:
     return set(map(type, items)) <= {str}  # C-level, unlike a loop of isinstance
 
 
@@ -198,6 +200,8 @@ class Corpus:
         if sources is not None and len(sources) != len(hyps):
             raise DataError(f"{len(hyps)} hypotheses but {len(sources)} source lines")
         self._hyp_source, self._ref_source = hyps, refs
+        # the references as strings, one per line, where they are (None: not all strings)
+        self._ref_strings: Sequence[str] | None = refs if _all_str(refs) else None
         self._parallel = parallel
         self.sources = sources
         self.memo: dict[Any, Any] = {}  # results several metrics share (tagacc's counts)
@@ -225,14 +229,14 @@ class Corpus:
         self._check_references()
 
     def _check_references(self) -> None:
-        if self._single:  # a blank reference is an error in every unit (one of spaces, too)
-            if "" not in set(map(str.strip, self._ref_source)):  # type: ignore[arg-type]
+        if self._ref_strings is not None:  # a blank reference is an error in every unit
+            if "" not in set(map(str.strip, self._ref_strings)):  # (one of spaces, too)
                 return
-            empty = [not r.strip() for r in self._ref_source]  # type: ignore[union-attr]
+            empty = [not r.strip() for r in self._ref_strings]
         else:
             empty = [  # blank strings too: a reference of only spaces is no reference
                 not alts or not all(a.strip() if isinstance(a, str) else a for a in alts)
-                for alts in self._alternatives  # type: ignore[union-attr]
+                for alts in self._alternatives or ()
             ]
             if not any(empty):
                 return
@@ -246,8 +250,9 @@ class Corpus:
         """The hypotheses as symbol sequences."""
         cut = cutter(self.unit)
         with no_gc():
-            if _all_str(self._hyp_source):
-                return list(map(cut, self._hyp_source))  # type: ignore[arg-type]
+            hyps = self._hyp_source
+            if _all_str(hyps):
+                return list(map(cut, hyps))
             return [cut(h) if isinstance(h, str) else h for h in self._hyp_source]
 
     @cached_property
@@ -255,11 +260,10 @@ class Corpus:
         """Per line, the list of its alternative references as symbol sequences."""
         cut = cutter(self.unit)
         with no_gc():
-            if self._alternatives is None:
-                return [[r] for r in map(cut, self._ref_source)]  # type: ignore[arg-type]
-            return [
-                [cut(r) if isinstance(r, str) else r for r in alts] for alts in self._alternatives
-            ]
+            alternatives = self._alternatives
+            if alternatives is None:  # one string per line
+                return [[r] for r in map(cut, self._ref_strings or ())]
+            return [[cut(r) if isinstance(r, str) else r for r in alts] for alts in alternatives]
 
     @cached_property
     def hyp_texts(self) -> list[str]:
@@ -277,21 +281,23 @@ class Corpus:
     @cached_property
     def nrefs(self) -> str:
         """References per line: a number, or "var" when lines differ."""
-        if self._single:
+        if self._alternatives is None:
             return "1"
-        counts = set(map(len, self._alternatives))  # type: ignore[arg-type]
+        counts = set(map(len, self._alternatives))
         return str(counts.pop()) if len(counts) == 1 else "var"
 
     @cached_property
     def edit(self) -> EditStats:
         """Closest-reference edit statistics, computed once for all edit-based metrics."""
         if self._parallel and self._plain and len(self) >= defaults.PARALLEL_MIN_LINES:
-            stats = parallel_edit_stats(self._hyp_source, self._ref_source, self.unit)  # type: ignore[arg-type]
-            if stats is not None:
-                return stats
-        if self._single:
+            hyps, plain = self._hyp_source, self._ref_strings
+            if _all_str(hyps) and plain is not None:
+                stats = parallel_edit_stats(hyps, plain, self.unit)
+                if stats is not None:
+                    return stats
+        if self._ref_strings is not None:
             with no_gc():
-                refs = list(map(cutter(self.unit), self._ref_source))  # type: ignore[arg-type]
+                refs = list(map(cutter(self.unit), self._ref_strings))
             return edit_stats(self.hyps, refs, single=True)
         if self.nrefs == "1":
             return edit_stats(self.hyps, [alts[0] for alts in self.refs], single=True)
