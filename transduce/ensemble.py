@@ -69,7 +69,7 @@ class Ensemble(Seq2SeqModel):
 
     @property
     def models(self) -> list[Seq2SeqModel]:
-        return list(self.members)  # type: ignore[arg-type]
+        return [m for m in self.members if isinstance(m, Seq2SeqModel)]  # all of them
 
     @property
     def attention_names(self) -> list[str]:

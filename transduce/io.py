@@ -19,7 +19,7 @@ import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from transduce.errors import EXIT_INTERRUPTED, TransduceError, chained_os_error
 from transduce.faults import fault_point
@@ -75,14 +75,14 @@ def atomic_binary(path: Path) -> Iterator[BinaryIO]:
         yield from _atomic_binary(path)
 
 
-def save_figure(figure: object, path: Path, fmt: str, dpi: int) -> None:
+def save_figure(figure: Any, path: Path, fmt: str, dpi: int) -> None:
     """Write a matplotlib figure atomically, the same plot as the same bytes: no creation
     date in PDF and SVG files, a fixed SVG id salt."""
     import matplotlib
 
     metadata = {"CreationDate": None} if fmt == "pdf" else {"Date": None} if fmt == "svg" else {}
     with atomic_binary(path) as handle, matplotlib.rc_context({"svg.hashsalt": "transduce"}):
-        figure.savefig(handle, format=fmt, dpi=dpi, metadata=metadata)  # type: ignore[attr-defined]
+        figure.savefig(handle, format=fmt, dpi=dpi, metadata=metadata)  # a matplotlib Figure
 
 
 @contextlib.contextmanager

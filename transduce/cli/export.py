@@ -3,6 +3,7 @@ as one self-contained file that runs without transduce (`transduce.export`)."""
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -10,11 +11,14 @@ import typer
 
 from transduce.cli import ui
 from transduce.cli.app import app
-from transduce.cli.common import Verbosity, choices
+from transduce.cli.common import Verbosity
 from transduce.errors import ConfigError
 from transduce.outputs import check_outputs
 
-Format = choices("Format", ("torchscript", "onnx"))
+
+class Format(str, Enum):
+    torchscript = "torchscript"
+    onnx = "onnx"
 
 
 @app.command(name="export")
@@ -29,19 +33,19 @@ def export_command(
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="The file to write.")],
     format: Annotated[
-        Format,  # type: ignore[valid-type]
+        Format,
         typer.Option(
             "--format",
             help="torchscript: one file for torch.jit.load, greedy decoding with its "
             "tokenization (m.transduce(lines)). onnx: refused (it cannot hold the "
             "tokenization).",
         ),
-    ] = "torchscript",  # type: ignore[assignment]
+    ] = Format.torchscript,
     verbosity: Verbosity = None,
 ) -> None:
     """Export a trained model (its vocabularies and tokenization with it) for use without
     transduce: `m = torch.jit.load(FILE); m.transduce(["word", ...])`."""
-    value = str(getattr(format, "value", format))
+    value = format.value
     if value == "onnx":
         raise ConfigError(
             "--format onnx: ONNX's standard operators cannot cut a UTF-8 string into "

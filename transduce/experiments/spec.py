@@ -177,9 +177,10 @@ class Experiment:
             return float(value) if isinstance(value, int | float) else None
         if dataset == AVERAGE:
             values = [self.reference_value(name, d, metric) for d in self.datasets]
-            if not values or any(v is None for v in values):
+            known = [v for v in values if v is not None]
+            if not values or len(known) < len(values):
                 return None
-            return sum(values) / len(values)  # type: ignore[arg-type]
+            return sum(known) / len(known)
         value = (numbers.get(dataset) or {}).get(metric)
         return float(value) if isinstance(value, int | float) else None
 
