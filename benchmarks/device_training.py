@@ -47,10 +47,11 @@ def setup(recipe: str, prepared: str, device: str, precision: str, threads: int)
     data["data"] = {"prepared": prepared}
     data["train"].update(device=device, precision=precision, threads=threads)
     trainer = Trainer(configuration.parse(data), Path(tempfile.mkdtemp()))
-    loaded, model, optimizer, schedule, _ = trainer.setup()
+    state = trainer.setup()
     torch.set_num_threads(threads)
-    model.train()
-    return trainer, loaded, model, optimizer, schedule, trainer.batches(loaded, 0)
+    state.model.train()
+    batches = trainer.batches(state.data, 0)
+    return trainer, state.data, state.model, state.optimizer, state.schedule, batches
 
 
 def synchronize(device) -> None:
@@ -64,7 +65,7 @@ def measure(recipe: str, prepared: str, device: str, precision: str, updates: in
     """One run: examples/s over `updates` timed updates, and peak memory."""
     import torch
 
-    trainer, loaded, model, optimizer, schedule, batches = setup(
+    trainer, _loaded, model, _optimizer, _schedule, batches = setup(
         recipe, prepared, device, precision, threads=2
     )
     where = trainer.device
@@ -73,13 +74,13 @@ def measure(recipe: str, prepared: str, device: str, precision: str, updates: in
     number = 0
     for indices in batches[:WARMUP]:
         number += 1
-        trainer.update(model, optimizer, schedule, loaded, indices, number)
+        trainer.update(indices, number)
     synchronize(where)
     timed = batches[WARMUP : WARMUP + updates]
     start = time.perf_counter()
     for indices in timed:
         number += 1
-        trainer.update(model, optimizer, schedule, loaded, indices, number)
+        trainer.update(indices, number)
     synchronize(where)
     seconds = time.perf_counter() - start
     examples = sum(len(i) for i in timed)
@@ -104,19 +105,19 @@ def busy_fraction(recipe: str, prepared: str, device: str, precision: str, updat
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    trainer, loaded, model, optimizer, schedule, batches = setup(
+    trainer, _loaded, _model, _optimizer, _schedule, batches = setup(
         recipe, prepared, device, precision, threads=2
     )
     where = trainer.device
     if where.type != "cuda":
         return None
     for number, indices in enumerate(batches[:WARMUP], 1):
-        trainer.update(model, optimizer, schedule, loaded, indices, number)
+        trainer.update(indices, number)
     synchronize(where)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         for number, indices in enumerate(batches[WARMUP : WARMUP + updates], WARMUP + 1):
-            trainer.update(model, optimizer, schedule, loaded, indices, number)
+            trainer.update(indices, number)
         synchronize(where)
         wall = time.perf_counter() - start
     kernels = sum(

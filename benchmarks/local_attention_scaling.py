@@ -98,9 +98,9 @@ def training(prepared: str, batches: list[int], updates: int) -> dict:
         times: dict[str, list[float]] = {kind: [] for kind in runs}
         plan = runs["global"][-1]  # the same batches for both (same data, seed and size)
         for number, indices in enumerate(plan[: WARMUP + updates], 1):
-            for kind, (trainer, loaded, model, optimizer, schedule, _) in runs.items():
+            for kind, (trainer, _loaded, _model, _optimizer, _schedule, _) in runs.items():
                 start = time.perf_counter()
-                trainer.update(model, optimizer, schedule, loaded, indices, number)
+                trainer.update(indices, number)
                 if number > WARMUP:
                     times[kind].append(time.perf_counter() - start)
         row: dict = {

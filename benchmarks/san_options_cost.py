@@ -48,9 +48,9 @@ def main() -> None:
     plan = runs[BASE][-1]  # the same batches for all (same data, seed and batch size)
     times: dict[str, list[float]] = {name: [] for name in runs}
     for number, indices in enumerate(plan[: WARMUP + args.updates], 1):
-        for name, (trainer, loaded, model, optimizer, schedule, _) in runs.items():
+        for name, (trainer, _loaded, _model, _optimizer, _schedule, _) in runs.items():
             start = time.perf_counter()
-            trainer.update(model, optimizer, schedule, loaded, indices, number)
+            trainer.update(indices, number)
             if number > WARMUP:
                 times[name].append(time.perf_counter() - start)
     report = {

@@ -105,22 +105,29 @@ def trainer_setup(data: dict):
     config = configuration.parse(data)
     config.train.seed = 1
     trainer = Trainer(config, Path(tempfile.mkdtemp()))
-    loaded, model, optimizer, _, _ = trainer.setup()  # as `Trainer.run` sets up (threads, heap)
+    state = trainer.setup()  # as `Trainer.run` sets up (threads, heap)
     torch.set_num_threads(2)
-    schedule = Schedule(trainer.config.train.schedule, optimizer, 1e-3)
-    model.train()
-    return trainer, loaded, model, optimizer, schedule, trainer.batches(loaded, 0)
+    state.schedule = Schedule(trainer.config.train.schedule, state.optimizer, 1e-3)
+    state.model.train()
+    return (
+        trainer,
+        state.data,
+        state.model,
+        state.optimizer,
+        state.schedule,
+        trainer.batches(state.data, 0),
+    )
 
 
 def timed_updates(data: dict, updates: int) -> tuple[float, float, int]:
     """Train the recipe `data` with the trainer's own `Trainer.update`: WARMUP updates, then
     `updates` timed ones. Returns examples/s, seconds per update and the parameter count."""
-    trainer, loaded, model, optimizer, schedule, batches = trainer_setup(data)
+    trainer, _, model, _, _, batches = trainer_setup(data)
     for number, indices in enumerate(batches[:WARMUP], 1):
-        trainer.update(model, optimizer, schedule, loaded, indices, number)
+        trainer.update(indices, number)
     start, examples = time.perf_counter(), 0
     for number, indices in enumerate(batches[WARMUP : WARMUP + updates], WARMUP + 1):
-        trainer.update(model, optimizer, schedule, loaded, indices, number)
+        trainer.update(indices, number)
         examples += len(indices)
     seconds = time.perf_counter() - start
     return examples / seconds, seconds / updates, model.parameter_count()

@@ -190,3 +190,20 @@ def test_experiment_run_is_a_library_call_with_a_short_command():
 
     assert inspect.isabstract(Executor)
     assert {"run", "from_options"} <= Executor.__abstractmethods__
+
+
+def test_the_trainer_holds_its_state_and_its_methods_take_little():
+    """`Trainer.setup` makes one `RunState` the trainer holds; no method but `__init__`
+    takes more than three parameters (the run's data, model, optimizer, schedule and
+    progress are not threaded through the calls). (The issue's second target, a Trainer
+    under 400 lines, is not met yet: the test decode, train.json and the resume checks
+    are still its own.)"""
+    from transduce.training import Trainer
+
+    for name, method in inspect.getmembers(Trainer, inspect.isfunction):
+        if name == "__init__":
+            continue
+        parameters = [p for p in inspect.signature(method).parameters if p != "self"]
+        assert len(parameters) <= 3, (name, parameters)
+    setup = inspect.signature(Trainer.setup)
+    assert setup.return_annotation in ("RunState", "transduce.training.RunState")

@@ -85,10 +85,10 @@ def gradients(data: dict, accumulate: int, run: Path) -> dict[str, torch.Tensor]
     (not clipped: clipping would hide a gradient off by a constant factor)."""
     data["train"].update(accumulate=accumulate, precision="fp32", clip_norm=None)
     trainer = Trainer(configuration.parse(data), run)
-    prepared, model, optimizer, schedule, _ = trainer.setup()
-    batch = trainer.batches(prepared, 0)[0]
-    trainer.update(model, optimizer, schedule, prepared, batch, 1)
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    state = trainer.setup()
+    batch = trainer.batches(state.data, 0)[0]
+    trainer.update(batch, 1)
+    return {n: p.grad.clone() for n, p in state.model.named_parameters() if p.grad is not None}
 
 
 def assert_same_gradients(first: dict, second: dict) -> None:

@@ -57,7 +57,7 @@ def test_the_weights_start_from_the_trained_model_row_by_symbol(tmp_path, model)
     built = {}
     for name, settings in (("tuned", data), ("scratch", scratch)):
         trainer = Trainer(configuration.parse(settings), tmp_path / name)
-        _, built[name], _, _, _ = trainer.setup()
+        built[name] = trainer.setup().model
         if name == "tuned":
             record = trainer.initialized
     old = checkpoint.load(base)
@@ -175,10 +175,11 @@ def test_a_tagger_starts_from_a_trained_tagger(tmp_path):
     data = tagger_recipe(extra)
     data["train"]["init_from"] = str(base)
     trainer = Trainer(configuration.parse(data), tmp_path / "other")
-    built, model, _, _, _ = trainer.setup()
+    built = trainer.setup()
+    model = built.model
     old = checkpoint.load(base)
     state = model.state_dict()
-    loaded = {k: v.symbols for k, v in built.vocabs.items()}
+    loaded = {k: v.symbols for k, v in built.data.vocabs.items()}
     assert "zyzzyva" in loaded["source"]
     for side, weight in (
         ("source", "embedding.weight"),

@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from transduce import config as configuration
-from transduce.schedules import Schedule
-from transduce.training import Trainer, make_optimizer
+from transduce.training import Trainer
 
 from .conftest import REPO
 
@@ -53,10 +52,8 @@ def test_paper_recipe_trains(shared: Path, tmp_path_factory, recipe: Path):
     }
     config = configuration.parse(data)
     trainer = Trainer(config, tmp_path_factory.mktemp("run"))
-    prepared, model, _, _, _ = trainer.setup()
-    assert sum(p.numel() for p in model.parameters()) > 100_000
-    optimizer = make_optimizer(model, config.train.optimizer)
-    schedule = Schedule(config.train.schedule, optimizer, config.train.optimizer.lr)
-    batches = trainer.batches(prepared, 1)
-    losses = [trainer.update(model, optimizer, schedule, prepared, batches[0], n) for n in (1, 2)]
+    state = trainer.setup()
+    assert sum(p.numel() for p in state.model.parameters()) > 100_000
+    batches = trainer.batches(state.data, 1)
+    losses = [trainer.update(batches[0], n) for n in (1, 2)]
     assert all(math.isfinite(loss) for loss in losses) and losses[0] != losses[1]

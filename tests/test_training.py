@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -299,7 +300,7 @@ def _dev_sources(prepared: Path, tmp_path: Path, **train: object) -> list:
     trainer = Trainer(
         configuration.parse(recipe(prepared, TINY_LSTM, max_updates=1, **train)), tmp_path
     )
-    data, *_ = trainer.setup()
+    data = trainer.setup().data
     return data.dev_eval.sources
 
 
@@ -366,9 +367,11 @@ def test_the_two_metric_rule_by_hand(tasks, tmp_path: Path):
     progress = Progress(best_score=10.0, best_update=5)
     progress.history = [{"update": 5, "dev_scores": {"per": 10.0, "acc": 50.0}}]
     wu, alone = trainer(select_also=["acc"]), trainer()
-    assert not wu._improved(progress, 8.0, {"per": 8.0, "acc": 49.0})
-    assert alone._improved(progress, 8.0, {"per": 8.0, "acc": 49.0})
-    assert wu._improved(progress, 10.0, {"per": 10.0, "acc": 50.0})  # a tie: the later
-    assert not alone._improved(progress, 10.0, {"per": 10.0, "acc": 50.0})
-    assert wu._improved(progress, 9.0, {"per": 9.0, "acc": 51.0})
-    assert not wu._improved(progress, 11.0, {"per": 11.0, "acc": 60.0})
+    for made in (wu, alone):  # only the progress is read
+        made.state = SimpleNamespace(progress=progress)
+    assert not wu._improved(8.0, {"per": 8.0, "acc": 49.0})
+    assert alone._improved(8.0, {"per": 8.0, "acc": 49.0})
+    assert wu._improved(10.0, {"per": 10.0, "acc": 50.0})  # a tie: the later
+    assert not alone._improved(10.0, {"per": 10.0, "acc": 50.0})
+    assert wu._improved(9.0, {"per": 9.0, "acc": 51.0})
+    assert not wu._improved(11.0, {"per": 11.0, "acc": 60.0})

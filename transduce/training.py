@@ -168,6 +168,18 @@ class Progress:
         return progress, warnings
 
 
+@dataclass
+class RunState:
+    """What a run trains and where it is, made by `Trainer.setup` and held by the trainer
+    (`Trainer.state`) for the whole run: its methods take at most a batch."""
+
+    data: TaskData
+    model: Model
+    optimizer: torch.optim.Optimizer
+    schedule: Schedule
+    progress: Progress
+
+
 def plan_digest(batches: list[list[int]]) -> str:
     """A fingerprint of an epoch's batches: a resumed run continues the same epoch only
     with the same batches."""
@@ -274,6 +286,7 @@ class Trainer:
         self.notes: list[str] = []  # what setup has to say, said once the run is sure to start
         self._resumed_at: int | None = None  # the update a resumed session started at
         self.initialized: dict[str, Any] | None = None  # what train.init_from loaded
+        self.state: RunState  # what `setup` makes: the data, model, optimizer, schedule, progress
 
     def batches(self, data: TaskData, epoch: int) -> list[list[int]]:
         """The batches of epoch `epoch` (0-based): the same order when a run is resumed."""
@@ -283,17 +296,15 @@ class Trainer:
 
     # ------------------------------------------------------------------- setup
 
-    def setup(
-        self, state: dict[str, Any] | None = None
-    ) -> tuple[TaskData, Model, torch.optim.Optimizer, Schedule, Progress]:
+    def setup(self, saved: dict[str, Any] | None = None) -> RunState:
         """Data, model (seeded), optimizer, schedule and progress of a new run, or of the
-        resumed run whose checkpoint is `state`."""
+        resumed run whose checkpoint is `saved`: `self.state`, returned."""
         c, t = self.config, self.config.train
         if t.threads:  # the run's threads: split between the processes of a machine
             torch.set_num_threads(self.world.threads(t.threads))
         keep_large_blocks_out_of_the_heap()
         directory = self.task.prepared_dir(self.run_dir)  # rank 0 prepares, the others read
-        data = self.task.load_data(directory, None if state is None else state["vocab"])
+        data = self.task.load_data(directory, None if saved is None else saved["vocab"])
         torch.manual_seed(t.seed)
         try:
             model = self.task.build_model({k: v.symbols for k, v in data.vocabs.items()})
@@ -301,7 +312,7 @@ class Trainer:
             hint = f"the model's sizes (model.* of {c.model_name}) are too large"
             raise out_of_memory(error, "building the model", hint) or error from None
         self.task.check_model(model, data)
-        if state is None:
+        if saved is None:
             message = self.task.initialize(model, data)
             if message:
                 self.notes.append(message)
@@ -323,14 +334,14 @@ class Trainer:
         optimizer = make_optimizer(model, t.optimizer)
         schedule = Schedule(t.schedule, optimizer, t.optimizer.lr, t.max_updates)
         progress = Progress(run_id=uuid.uuid4().hex)
-        if state is not None:
-            training = state["training"]
+        if saved is not None:
+            training = saved["training"]
             try:
-                model.load_state_dict(state["model"])
+                model.load_state_dict(saved["model"])
             except (RuntimeError, KeyError) as error:
                 first = str(error).strip().splitlines()[0] if str(error).strip() else ""
                 raise CheckpointError(
-                    f"{state['path']}: its weights do not fit the configured model ({first}); "
+                    f"{saved['path']}: its weights do not fit the configured model ({first}); "
                     "resume with the run's own configuration"
                 ) from None
             optimizer.load_state_dict(training["optimizer"])
@@ -338,7 +349,7 @@ class Trainer:
             if training.get("scaler") and self.scaler.is_enabled():
                 self.scaler.load_state_dict(training["scaler"])
             self.initialized = training.get("init_from")
-            progress, warnings = Progress.restore(training.get("progress"), state["path"])
+            progress, warnings = Progress.restore(training.get("progress"), saved["path"])
             self.notes.extend(warnings)
             progress.stop = None
             torch.set_rng_state(training["rng"]["torch"])
@@ -346,7 +357,8 @@ class Trainer:
                 with contextlib.suppress(RuntimeError, IndexError):  # another number of GPUs
                     torch.cuda.set_rng_state_all(training["rng"]["cuda"])
             self.notes.append(f"resuming at update {progress.update}, epoch {progress.epoch}")
-        return data, model, optimizer, schedule, progress
+        self.state = RunState(data, model, optimizer, schedule, progress)
+        return self.state
 
     def _check_same_model(self, state: dict[str, Any]) -> None:
         """The model a resumed run was trained as must be the configured one: its options
@@ -364,12 +376,13 @@ class Trainer:
                     f"model options (--set model.{key}=...)"
                 )
 
-    def _check_plan(self, data: TaskData, progress: Progress) -> None:
+    def _check_plan(self) -> None:
         """A run stopped in the middle of an epoch continues that epoch only if its batches
         are the same (train.batch_size, batch_by, bucketing, seed and the data decide them)."""
+        progress = self.state.progress
         if progress.batch == 0:
             return
-        batches = self.batches(data, progress.epoch)
+        batches = self.batches(self.state.data, progress.epoch)
         same = (
             plan_digest(batches) == progress.plan
             if progress.plan is not None
@@ -439,9 +452,8 @@ class Trainer:
         start_time = time.perf_counter()
         if not self.world.main:  # rank 0 has checked, repaired and prepared the run directory
             self.world.barrier()
-            state = self.checkpoints.resume_state() if self.resume else None
-            data, model, optimizer, schedule, progress = self.setup(state)
-            return self._distributed(data, model, optimizer, schedule, progress)
+            self.setup(self.checkpoints.resume_state() if self.resume else None)
+            return self._distributed()
         if not self.resume and (self.run_dir / LAST).exists():  # checked under the lock
             raise ConfigError(
                 f"{self.run_dir}: already holds a run; --resume continues it, or choose another "
@@ -457,10 +469,10 @@ class Trainer:
                     f"warning: train.dev_subset was {before}, now {self.config.train.dev_subset}"
                     ": the best dev score so far and the patience count are of the other dev set"
                 )
-        data, model, optimizer, schedule, progress = self.setup(state)
+        progress = self.setup(state).progress
         self._resumed_at = None if state is None else progress.update
         if state is not None:
-            self._check_plan(data, progress)
+            self._check_plan()
         repairs = clean(self.checkpoints.stale_temporaries())
         repairs += self.checkpoints.check(state) if state is not None else []
         for message in [f"run directory: {self.run_dir}", *self.notes, *repairs]:
@@ -470,98 +482,83 @@ class Trainer:
         atomic_write_text(self.files.config, _yaml(configuration.resolved(self.config)))
         self.log = MetricsLog(self.run_dir, t.log, progress.history)
         self.world.barrier()  # the others may read the run directory now
-        self._distributed(data, model, optimizer, schedule, progress)
+        self._distributed()
         # the first of the two limits: updates, or epochs of batches
         limits = [t.max_updates] if t.max_updates is not None else []
         if t.max_epochs is not None:
-            limits.append(t.max_epochs * len(self.batches(data, 0)))
+            limits.append(t.max_epochs * len(self.batches(self.state.data, 0)))
         total = min(limits) if limits else None
         self.reporter.start(total, progress.update, t.max_minutes, progress.elapsed)
         try:
             with Interrupts() as interrupts:  # Ctrl-C is ours during the updates only
-                self._train(data, model, optimizer, schedule, progress, interrupts)
+                self._train(interrupts)
         finally:
             self.log.close()
         self.reporter.stop()
         self.reporter.message(f"stopped: {progress.stop}")
-        report = self.finish(model, data, progress, time.perf_counter() - start_time)
+        report = self.finish(time.perf_counter() - start_time)
         if progress.stop == INTERRUPTED:
             raise Interrupted(self.run_dir, progress.update)
         return report
 
-    def _distributed(
-        self,
-        data: TaskData,
-        model: Model,
-        optimizer: torch.optim.Optimizer,
-        schedule: Schedule,
-        progress: Progress,
-    ) -> None:
+    def _distributed(self) -> None:
         """With other processes: start from rank 0's weights; in the others, train (rank
         0 goes on in `_run`) and give a stop by Ctrl-C to the caller."""
         if not self.world.active:
             return None
-        self.world.same_parameters(model)
+        progress = self.state.progress
+        self.world.same_parameters(self.state.model)
         if self.world.main:
             return None
         t = self.config.train  # dropout: another stream than rank 0's, the same on resume
         torch.manual_seed(t.seed * 1_000_003 + self.world.rank * 7919 + progress.update)
         with Interrupts(announce=False) as interrupts:
-            self._train(data, model, optimizer, schedule, progress, interrupts)
+            self._train(interrupts)
         if progress.stop == INTERRUPTED:
             raise Interrupted(self.run_dir, progress.update)
         return None
 
-    def _train(
-        self,
-        data: TaskData,
-        model: Model,
-        optimizer: torch.optim.Optimizer,
-        schedule: Schedule,
-        progress: Progress,
-        interrupts: Interrupts,
-    ) -> None:
+    def _train(self, interrupts: Interrupts) -> None:
         """Updates and validations until a limit is reached or Ctrl-C asks to stop."""
-        t = self.config.train
-        limits = Limits(t, schedule, time.perf_counter() - progress.elapsed)
-        model.train()
+        t, progress = self.config.train, self.state.progress
+        limits = Limits(t, self.state.schedule, time.perf_counter() - progress.elapsed)
+        self.state.model.train()
         planned, batches = -1, []  # the epoch whose batches these are
         main = self.world.main
-        progress.stop = self._reached(limits, progress, interrupts)
+        progress.stop = self._reached(limits, interrupts)
         while True:
             due, epoch = False, float(progress.epoch)
             if progress.stop is None:
                 if planned != progress.epoch:
-                    planned, batches = progress.epoch, self.batches(data, progress.epoch)
+                    planned, batches = progress.epoch, self.batches(self.state.data, progress.epoch)
                     progress.plan = plan_digest(batches)
-                due, epoch = self.train_step(model, optimizer, schedule, data, batches, progress)
-                progress.stop = self._reached(limits, progress, interrupts)
+                due, epoch = self.train_step(batches)
+                progress.stop = self._reached(limits, interrupts)
             # validate when due, and at the end unless this very state was validated (a
             # resumed run that met its limits at once was, when its last.pt was written)
             if due or (progress.stop is not None and progress.last_validation != progress.update):
                 progress.elapsed = time.perf_counter() - limits.clock
-                self._collect(progress)
+                self._collect()
                 if main:
-                    self.validate(model, optimizer, schedule, data, progress, epoch)
-                self._share(progress, schedule)
-                progress.stop = progress.stop or self._reached(limits, progress, interrupts)
+                    self.validate(epoch)
+                self._share()
+                progress.stop = progress.stop or self._reached(limits, interrupts)
             # with other processes, only the agreed stop: a SIGINT after the agreement is
             # the next update's (stopping alone would leave the others waiting)
             asked = interrupts.agreed if self.world.active else interrupts.requested
             if progress.stop is None and asked:
                 progress.stop = INTERRUPTED
                 progress.elapsed = time.perf_counter() - limits.clock
-                self._collect(progress)
+                self._collect()
                 if main:
-                    payload = self.payload(model, optimizer, schedule, data, progress)
-                    self.checkpoints.save(payload, improved=False)
+                    self.checkpoints.save(self.payload(), improved=False)
             if progress.stop is not None:
                 break
 
-    def _reached(self, limits: Limits, progress: Progress, interrupts: Interrupts) -> str | None:
+    def _reached(self, limits: Limits, interrupts: Interrupts) -> str | None:
         """`limits.reached`, agreed by every process with a stop by Ctrl-C (the limits of
         a clock, and signals, may come to one process before the others)."""
-        stop = limits.reached(progress)
+        stop = limits.reached(self.state.progress)
         if self.world.active:
             timed, asked = self.world.agree([stop is not None, interrupts.requested])
             if timed and stop is None:
@@ -569,22 +566,24 @@ class Trainer:
             interrupts.agreed = asked  # not `requested`: a SIGINT here later is the first
         return stop
 
-    def _collect(self, progress: Progress) -> None:
+    def _collect(self) -> None:
         """Add the losses of the updates since the last call (summed over the processes)
         to `progress`, one by one as when each was read at once (so the sums do not depend
         on when they are read); every process calls it at the same points."""
         if not self._pending:
             return
         losses = self.world.sum_each(torch.stack(self._pending).double())  # updates
+        progress = self.state.progress
         for loss in losses:
             progress.loss_sum += loss
         progress.loss_updates += len(losses)
         self._pending = []
 
-    def _share(self, progress: Progress, schedule: Schedule) -> None:
+    def _share(self) -> None:
         """After rank 0 validated: its progress and schedule in every process."""
         if not self.world.active:
             return
+        progress, schedule = self.state.progress, self.state.schedule
         shared = self.world.broadcast(
             (asdict(progress), schedule.state_dict()) if self.world.main else None
         )
@@ -593,40 +592,34 @@ class Trainer:
                 setattr(progress, key, value)
             schedule.load_state_dict(shared[1])
 
-    def _shown_loss(self, progress: Progress) -> float:
+    def _shown_loss(self) -> float:
         """The mean training loss since the last validation for the progress display,
         read from the device at most every `LOSS_READ_SECONDS` (in rank 0: its part of
         each update times the number of processes)."""
         value, when = self._shown
         now = time.perf_counter()
         if now - when >= LOSS_READ_SECONDS:
+            progress = self.state.progress
             pending = float(torch.stack(self._pending).sum()) if self._pending else 0.0
             updates = progress.loss_updates + len(self._pending)
             value = (progress.loss_sum + pending * self.world.size) / max(updates, 1)
             self._shown = (value, now)
         return value
 
-    def train_step(
-        self,
-        model: Model,
-        optimizer: torch.optim.Optimizer,
-        schedule: Schedule,
-        data: TaskData,
-        batches: list[list[int]],
-        progress: Progress,
-    ) -> tuple[bool, float]:
-        """The next update of the epoch whose `batches` these are, counted in `progress`:
-        (whether a validation is due after it, the epoch reached as a fraction)."""
+    def train_step(self, batches: list[list[int]]) -> tuple[bool, float]:
+        """The next update of the epoch whose `batches` these are, counted in the run's
+        progress: (whether a validation is due after it, the epoch reached as a fraction)."""
         tick = time.perf_counter()
+        progress = self.state.progress
         if not 0 <= progress.batch < len(batches):  # `_check_plan` refuses this on resume
             raise RuntimeError(f"batch {progress.batch} of an epoch of {len(batches)} batches")
         indices = batches[progress.batch]
         progress.update += 1
         try:
-            loss = self.update(model, optimizer, schedule, data, indices, progress.update)
+            loss = self.update(indices, progress.update)
             self._pending.append(loss)
         except (MemoryError, RuntimeError) as error:
-            lengths = self.task.lengths(data)
+            lengths = self.task.lengths(self.state.data)
             longest = max(max(lengths[i]) for i in indices)
             what = (
                 f"in update {progress.update}, a batch of {len(indices)} examples up to "
@@ -641,7 +634,7 @@ class Trainer:
         self.reporter.update(
             progress.update,
             progress.epoch + 1,
-            self._shown_loss(progress),
+            self._shown_loss(),
             progress.examples / max(progress.train_seconds, 1e-9),
         )
         epoch = progress.epoch + progress.batch / len(batches)
@@ -651,20 +644,14 @@ class Trainer:
         every = self.config.train.validate_every
         return (at_epoch_end if every is None else progress.update % every == 0), epoch
 
-    def update(
-        self,
-        model: Model,
-        optimizer: torch.optim.Optimizer,
-        schedule: Schedule,
-        data: TaskData,
-        indices: list[int],
-        number: int,
-    ) -> torch.Tensor:
+    def update(self, indices: list[int], number: int) -> torch.Tensor:
         """Update number `number` (1-based) on the training examples `indices`: this
         process's part of the batch, in `train.accumulate` micro-batches, each loss
         weighted by its share of the batch's tokens; the gradients summed over the
         processes. The loss of this process's part (a scalar on the device, unread)."""
-        schedule.before_update(number)
+        s = self.state
+        data, model, optimizer = s.data, s.model, s.optimizer
+        s.schedule.before_update(number)
         optimizer.zero_grad(set_to_none=True)
         total = max(self.task.loss_tokens(data, indices), 1)
         loss_sum = torch.zeros((), device=self.device)
@@ -685,17 +672,10 @@ class Trainer:
         self.scaler.update()
         return loss_sum
 
-    def validate(
-        self,
-        model: Model,
-        optimizer: torch.optim.Optimizer,
-        schedule: Schedule,
-        data: TaskData,
-        progress: Progress,
-        epoch: float,
-    ) -> None:
+    def validate(self, epoch: float) -> None:
         """Dev loss and decoded dev scores; history, plateau schedule, checkpoints."""
-        t = self.config.train
+        t, s = self.config.train, self.state
+        model, data, schedule, progress = s.model, s.data, s.schedule, s.progress
         try:
             dev_loss, statistics = self.task.dev_loss(model, data)
             scores, _ = self.task.evaluate(model, data, data.dev_eval)
@@ -703,7 +683,7 @@ class Trainer:
             hint = "lower train.dev_batch_size or decode.max_output_length"
             raise out_of_memory(error, "validating on the dev set", hint) or error from None
         score = scores[t.select_on]
-        improved = self._improved(progress, score, scores)
+        improved = self._improved(score, scores)
         entry = {
             "update": progress.update,
             "epoch": round(epoch, 4),
@@ -727,21 +707,14 @@ class Trainer:
         by_loss = t.schedule.monitor == "loss"
         schedule.after_validation(dev_loss if by_loss else score, self.lower_is_better or by_loss)
         fault_point("validation")
-        payload = self.payload(model, optimizer, schedule, data, progress)
-        self.checkpoints.save(payload, improved, score)
+        self.checkpoints.save(self.payload(), improved, score)
         if self.log is not None:
             self.log.append(entry)  # after last.pt: the log never runs ahead of it
         self.reporter.validation(entry, improved)
 
-    def payload(
-        self,
-        model: Model,
-        optimizer: torch.optim.Optimizer,
-        schedule: Schedule,
-        data: TaskData,
-        progress: Progress,
-    ) -> dict[str, Any]:
+    def payload(self) -> dict[str, Any]:
         """A checkpoint: config, weights, what the task needs to decode, training state."""
+        s = self.state
         rng = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
@@ -749,24 +722,24 @@ class Trainer:
             "model_name": self.config.model_name,
             "config": configuration.resolved(self.config),
             "precision": self.precision,  # what train.precision ran as
-            "model": model.state_dict(),
-            **self.task.checkpoint_extras(data),
+            "model": s.model.state_dict(),
+            **self.task.checkpoint_extras(s.data),
             "training": {
-                "optimizer": optimizer.state_dict(),
-                "schedule": schedule.state_dict(),
+                "optimizer": s.optimizer.state_dict(),
+                "schedule": s.schedule.state_dict(),
                 "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
                 "rng": rng,
-                "progress": asdict(progress),
+                "progress": asdict(s.progress),
                 "init_from": self.initialized,  # kept for the train.json of a resumed run
             },
             "versions": versions(),
         }
 
-    def _improved(self, progress: Progress, score: float, scores: dict[str, float]) -> bool:
+    def _improved(self, score: float, scores: dict[str, float]) -> bool:
         """Whether a validation becomes the best: the first one; then strictly better on
         select_on, or, with select_also, at least as good on select_on and on each of
         select_also as the best so far (Wu's `select_model`: ties go to the later one)."""
-        t = self.config.train
+        t, progress = self.config.train, self.state.progress
         if progress.best_score is None:
             return True
         if not t.select_also:
@@ -783,9 +756,10 @@ class Trainer:
                 return False
         return True
 
-    def _earlier_test(self, progress: Progress, manifest: Path) -> dict[str, Any] | None:
+    def _earlier_test(self, manifest: Path) -> dict[str, Any] | None:
         """The test scores of the run's train.json, when this resumed session trained
         nothing and would decode the test set exactly as that session did."""
+        progress = self.state.progress
         if self._resumed_at is None or self._resumed_at != progress.update:
             return None
         try:
@@ -808,18 +782,17 @@ class Trainer:
         )
         return earlier.test_scores if same and earlier.test_scores else None
 
-    def finish(
-        self, model: Model, data: TaskData, progress: Progress, wall: float
-    ) -> dict[str, Any]:
+    def finish(self, wall: float) -> dict[str, Any]:
         """Test the best checkpoint (test.predictions) and write train.json (an
         interrupted run: no test, `"stop": "interrupted"`)."""
+        model, data, progress = self.state.model, self.state.data, self.state.progress
         interrupted = progress.stop == INTERRUPTED
         if not interrupted:
             model.load_state_dict(self.checkpoints.load_best(progress.best_update)["model"])
             fault_point("before-test")
         test_scores = None
         manifest = data.prepared.directory / MANIFEST
-        kept = None if interrupted else self._earlier_test(progress, manifest)
+        kept = None if interrupted else self._earlier_test(manifest)
         if kept is not None:
             test_scores = kept
             self.reporter.message(
