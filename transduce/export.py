@@ -150,8 +150,8 @@ def lower_chars(chars: list[str], lower: dict[str, str], cased: dict[str, bool])
             after = i > 0 and chars[i - 1] in cased
             before = i + 1 < n and chars[i + 1] in cased
             out.append("\u03c2" if after and not before else "\u03c3")
-        elif c in lower:
-            out.append(lower[c])
+        elif c in lower:  # İ lowers to two characters: two symbols, as decode cuts them
+            out.extend(utf8_chars(lower[c]))
         else:
             out.append(c)
     return out
@@ -601,14 +601,46 @@ def _check(model: Any, encoder: nn.Module, step: nn.Module) -> None:
         previous = reference.log_probs.argmax(dim=-1).clamp(min=len(SPECIALS))
 
 
+def _sinusoidal(module: nn.Module) -> bool:
+    """A table of sinusoidal positions (`transduce.models.transformer.Positions`)."""
+    return hasattr(module, "grow") and getattr(module, "kind", None) != "learned"
+
+
+def _check_tagger(model: Tagger, traced: nn.Module, vocab: int, chars: int) -> None:
+    """`_check` for a traced tagger: other batch sizes, sentence and word lengths."""
+    generator = torch.Generator().manual_seed(0)
+    width = min(9, model.max_length or 9)
+    lengths = [width, 3, 1]
+    source = torch.zeros(3, width, dtype=torch.long)
+    letters = torch.zeros(3, width, 7, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        top = max(vocab, len(SPECIALS) + 1)
+        source[row, :n] = torch.randint(len(SPECIALS), top, (n,), generator=generator)
+        for j in range(n):
+            count = 1 + (row + j) % 7
+            top = max(chars, len(SPECIALS) + 1)
+            letters[row, j, :count] = torch.randint(
+                len(SPECIALS), top, (count,), generator=generator
+            )
+    source, letters = source.clamp(max=vocab - 1), letters.clamp(max=chars - 1)
+    mask = source != PAD_ID
+    expected = model.tag(Batch(source, mask, chars=letters))
+    if not torch.equal(traced(source, mask, letters), expected):
+        raise ExportError(
+            f"a {model.name} model: its traced tagger does not reproduce the model on other "
+            "batch shapes, so it cannot be exported"
+        )
+
+
 def build(transducer: Any) -> nn.Module:
     """The TorchScript module of a loaded model (`Transducer`), on the CPU, float32."""
     if len(transducer.members) > 1:
         raise ExportError("an ensemble cannot be exported; export its models one by one")
     _refuse_unless_exportable(transducer)
     model = transducer.model.float().cpu().eval()
+    model.requires_grad_(False)  # the file decodes: no autograd graph at its steps
     for part in model.modules():  # sinusoid tables: 1,024 positions (traced as they are)
-        if hasattr(part, "grow"):
+        if _sinusoidal(part):
             part.grow(POSITIONS)
     vocabs = transducer.payload["vocab"]
     text = _text_spec(transducer)
@@ -628,7 +660,7 @@ def build(transducer: Any) -> nn.Module:
             _check(model, encoder, step)
             limit = transducer.task.input_limit(model)
             longest = model.max_length
-            if any(hasattr(m, "grow") for m in model.modules()):  # sinusoids: the table's
+            if any(_sinusoidal(m) for m in model.modules()):  # sinusoids: the table's
                 longest = min(longest or POSITIONS, POSITIONS)
                 limit = min(limit or POSITIONS, POSITIONS - int(transducer.source_vocab.end))
             module: nn.Module = Seq2SeqExport(
@@ -650,6 +682,7 @@ def build(transducer: Any) -> nn.Module:
             chars = torch.full((2, width, 3), len(SPECIALS), dtype=torch.long)
             chars[:, :, 2] = PAD_ID
             tagger = torch.jit.trace(_Tag(model), (source, mask, chars), strict=False)
+            _check_tagger(model, tagger, len(vocabs["source"]), len(vocabs["chars"]))
             module = TaggerExport(
                 tagger,
                 text,

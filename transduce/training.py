@@ -463,12 +463,14 @@ class Trainer:
         state = self.checkpoints.resume_state() if self.resume else None
         if state is not None:
             self._check_same_model(state)
-            before = (state["config"].get("train") or {}).get("dev_subset")
-            if before != self.config.train.dev_subset:
-                self.notes.append(
-                    f"warning: train.dev_subset was {before}, now {self.config.train.dev_subset}"
-                    ": the best dev score so far and the patience count are of the other dev set"
-                )
+            trained = state["config"].get("train") or {}
+            for key in ("dev_subset", "dev_subset_seed"):
+                before, now = trained.get(key), getattr(self.config.train, key)
+                if before != now:
+                    self.notes.append(
+                        f"warning: train.{key} was {before}, now {now}: the best dev score so "
+                        "far and the patience count are of the other dev set"
+                    )
         progress = self.setup(state).progress
         self._resumed_at = None if state is None else progress.update
         if state is not None:

@@ -150,9 +150,9 @@ def _train_report(directory: Path, cell: str) -> RunReport:
     path = RunDir(directory / RUNS / cell).report
     try:
         return RunReport.from_json(path)
-    except OSError as error:
+    except (OSError, json.JSONDecodeError) as error:
         raise TransduceError(f"{path}: cannot read the run's report ({error})") from None
-    except ValueError as error:
+    except ValueError as error:  # not of the shape train writes
         raise TransduceError(f"{path}: {error}") from None
 
 

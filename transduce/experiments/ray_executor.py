@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from transduce.errors import ConfigError
-from transduce.experiments.runner import FAILED, LOGS, Executor, ExecutorOptions, Outcome
+from transduce.experiments.runner import (
+    FAILED,
+    LOGS,
+    Executor,
+    ExecutorOptions,
+    Outcome,
+    default_workers,
+)
 from transduce.experiments.spec import Cell
 
 
@@ -85,7 +92,9 @@ class RayExecutor(Executor):
     ) -> None:
         super().__init__(directory, max(1, int(cpus)), **kwargs)
         self.cpus, self.gpus, self.address = cpus, gpus, address
-        self.workers = max(1, int(cpus))  # for the estimate only: Ray decides
+        # not Ray's (it places the cells): the ensembles decoded here at once afterwards,
+        # and the estimate of the time left
+        self.workers = default_workers()
 
     @classmethod
     def from_options(
