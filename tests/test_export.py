@@ -149,12 +149,9 @@ json.dump(out, open(sys.argv[2], "w", encoding="utf-8"))
 """
 
 
-def test_every_family_decodes_as_decode_does_without_transduce(models, exported, run, tmp_path):
-    """Greedy outputs identical to `transduce decode` (its default batches, and batches of
-    3), in a subprocess where `import transduce` fails."""
-    jobs = {
-        name: {"file": str(exported[name]), "lines": lines} for name, (_, lines) in models.items()
-    }
+def _without_transduce(jobs: dict, tmp_path: Path) -> dict:
+    """Each job's exports decoded by `LOADER` in a subprocess where `import transduce` fails:
+    name -> [outputs in default batches, outputs in batches of 3]."""
     (tmp_path / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-c", LOADER, str(tmp_path / "jobs.json"), str(tmp_path / "out.json")],
@@ -162,10 +159,19 @@ def test_every_family_decodes_as_decode_does_without_transduce(models, exported,
         env=transduce_env(),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1200,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
+    return json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
+
+
+def test_every_family_decodes_as_decode_does_without_transduce(models, exported, run, tmp_path):
+    """Greedy outputs identical to `transduce decode` (its default batches, and batches of
+    3), in a subprocess where `import transduce` fails."""
+    jobs = {
+        name: {"file": str(exported[name]), "lines": lines} for name, (_, lines) in models.items()
+    }
+    found = _without_transduce(jobs, tmp_path)
     for name, (run_dir, lines) in models.items():
         expected = _decode(run, run_dir, lines, tmp_path / f"{name}.txt")
         default, small = found[name]
@@ -270,17 +276,7 @@ def test_nettalk_exports_decode_the_whole_test_split(shared, run, tmp_path):
         run_dir = _train(recipe(prepared, model, **train), tmp_path / name)
         exporting.export(run_dir, tmp_path / f"{name}.pt")
         jobs[name] = {"file": str(tmp_path / f"{name}.pt"), "lines": words}
-    (tmp_path / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-c", LOADER, str(tmp_path / "jobs.json"), str(tmp_path / "out.json")],
-        cwd=tmp_path,
-        env=transduce_env(),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
+    found = _without_transduce(jobs, tmp_path)
     for name in families:
         expected = _decode(run, tmp_path / name, words, tmp_path / f"{name}.txt")
         assert found[name][0] == expected, name
