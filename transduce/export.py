@@ -577,13 +577,7 @@ def _check(model: Any, encoder: nn.Module, step: nn.Module) -> None:
     """Refuse an export whose traced encoder and step do not compute what the model does
     on a batch of another size and other lengths than they were traced on (a family whose
     step branched in Python on its input's values would fail here)."""
-    vocab = model.source_vocab
-    generator = torch.Generator().manual_seed(0)
-    top = max(vocab, len(SPECIALS) + 1)
-    rows = [torch.randint(len(SPECIALS), top, (n,), generator=generator) for n in (9, 3, 1)]
-    source = torch.zeros(3, 9, dtype=torch.long)
-    for row, ids in enumerate(rows):
-        source[row, : len(ids)] = ids.clamp(max=vocab - 1)
+    source = _random_ids([9, 3, 1], 9, model.source_vocab, torch.Generator().manual_seed(0))
     mask = source != PAD_ID
     expected, traced = model.init_state(Batch(source, mask)), encoder(source, mask)
     previous = torch.full((3,), BOS_ID, dtype=torch.long)
@@ -606,23 +600,30 @@ def _sinusoidal(module: nn.Module) -> bool:
     return hasattr(module, "grow") and getattr(module, "kind", None) != "learned"
 
 
+def _random_ids(lengths: list[int], width: int, vocab: int, generator: torch.Generator) -> Tensor:
+    """Rows of random symbol ids (no reserved one, each below `vocab`) of `lengths`,
+    right-padded to `width`: len(lengths) x width."""
+    out = torch.zeros(len(lengths), width, dtype=torch.long)
+    top = max(vocab, len(SPECIALS) + 1)
+    for row, n in enumerate(lengths):
+        out[row, :n] = torch.randint(len(SPECIALS), top, (n,), generator=generator)
+    return out.clamp(max=vocab - 1)
+
+
 def _check_tagger(model: Tagger, traced: nn.Module, vocab: int, chars: int) -> None:
     """`_check` for a traced tagger: other batch sizes, sentence and word lengths."""
     generator = torch.Generator().manual_seed(0)
     width = min(9, model.max_length or 9)
     lengths = [width, 3, 1]
-    source = torch.zeros(3, width, dtype=torch.long)
-    letters = torch.zeros(3, width, 7, dtype=torch.long)
-    for row, n in enumerate(lengths):
-        top = max(vocab, len(SPECIALS) + 1)
-        source[row, :n] = torch.randint(len(SPECIALS), top, (n,), generator=generator)
-        for j in range(n):
-            count = 1 + (row + j) % 7
-            top = max(chars, len(SPECIALS) + 1)
-            letters[row, j, :count] = torch.randint(
-                len(SPECIALS), top, (count,), generator=generator
+    source = _random_ids(lengths, width, vocab, generator)
+    letters = torch.stack(  # words of 1 to 7 characters
+        [
+            _random_ids(
+                [1 + (row + j) % 7 if j < n else 0 for j in range(width)], 7, chars, generator
             )
-    source, letters = source.clamp(max=vocab - 1), letters.clamp(max=chars - 1)
+            for row, n in enumerate(lengths)
+        ]
+    )  # B x S x C
     mask = source != PAD_ID
     expected = model.tag(Batch(source, mask, chars=letters))
     if not torch.equal(traced(source, mask, letters), expected):
