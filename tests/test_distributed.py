@@ -425,11 +425,11 @@ def test_a_gpu_process_takes_its_own_gpu_and_nccl_with_a_gloo_side_group(monkeyp
 
 
 def test_nproc_is_refused_beyond_the_gpus_there_are(monkeypatch, tmp_path):
-    from transduce import training
+    from transduce import preflight
     from transduce.errors import ConfigError
     from transduce.launch import launch
 
-    monkeypatch.setattr(training, "device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(preflight, "resolve_device", lambda name: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     config = configuration.parse(recipe(tmp_path, LSTM, precision="fp32"))
     with pytest.raises(ConfigError, match=r"--nproc 2: this machine has 1 CUDA devices"):

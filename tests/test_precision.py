@@ -11,8 +11,9 @@ import torch
 from transduce import checkpoint, precision
 from transduce import config as configuration
 from transduce.errors import ConfigError
+from transduce.precision import resolve_device as device
 from transduce.tasks import make_task
-from transduce.training import Trainer, device
+from transduce.training import Trainer
 
 from .toy import TINY_LSTM, TINY_TRANSFORMER, recipe, write_task
 
@@ -175,7 +176,7 @@ def test_fp32_is_the_same_as_before_and_recorded(copy, tmp_path):
 
 def test_the_gpu_memory_limit_of_a_grid_cell(monkeypatch):
     """$TRANSDUCE_GPU_MEMORY (`experiment run --gpu-memory F`) caps a process on a GPU."""
-    from transduce.training import limit_gpu_memory
+    from transduce.precision import limit_gpu_memory
 
     calls = []
     monkeypatch.setattr(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -356,22 +355,22 @@ def test_select_also_keeps_the_validation_best_on_every_metric(tasks, tmp_path: 
 
 
 def test_the_two_metric_rule_by_hand(tasks, tmp_path: Path):
-    """`_improved` on hand-made validations: better PER with worse accuracy is not a new
-    best under select_also (it is under select_on alone); equal on both is (the later)."""
-    from transduce.training import Progress
+    """`Progress.improved_by` on hand-made validations: better PER with worse accuracy is
+    not a new best under select_also (it is under select_on alone); equal on both is (the
+    later)."""
+    from transduce.runstate import Progress
 
-    def trainer(**extra: object) -> Trainer:
+    def train_config(**extra: object) -> configuration.TrainConfig:
         data = recipe(tasks["copy"], TINY_LSTM, select_on="per", **extra)
-        return Trainer(configuration.parse(data), tmp_path / "unused")
+        return configuration.parse(data).train
 
     progress = Progress(best_score=10.0, best_update=5)
     progress.history = [{"update": 5, "dev_scores": {"per": 10.0, "acc": 50.0}}]
-    wu, alone = trainer(select_also=["acc"]), trainer()
-    for made in (wu, alone):  # only the progress is read
-        made.state = SimpleNamespace(progress=progress)
-    assert not wu._improved(8.0, {"per": 8.0, "acc": 49.0})
-    assert alone._improved(8.0, {"per": 8.0, "acc": 49.0})
-    assert wu._improved(10.0, {"per": 10.0, "acc": 50.0})  # a tie: the later
-    assert not alone._improved(10.0, {"per": 10.0, "acc": 50.0})
-    assert wu._improved(9.0, {"per": 9.0, "acc": 51.0})
-    assert not wu._improved(11.0, {"per": 11.0, "acc": 60.0})
+    wu, alone = train_config(select_also=["acc"]), train_config()
+    assert not progress.improved_by({"per": 8.0, "acc": 49.0}, wu)
+    assert progress.improved_by({"per": 8.0, "acc": 49.0}, alone)
+    assert progress.improved_by({"per": 10.0, "acc": 50.0}, wu)  # a tie: the later
+    assert not progress.improved_by({"per": 10.0, "acc": 50.0}, alone)
+    assert progress.improved_by({"per": 9.0, "acc": 51.0}, wu)
+    assert not progress.improved_by({"per": 11.0, "acc": 60.0}, wu)
+    assert Progress().improved_by({"per": 99.0, "acc": 0.0}, wu)  # the first one

@@ -32,6 +32,7 @@ CPU, so that no GPU has to wait for it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import os
 from collections.abc import Iterator, Sequence
@@ -131,6 +132,19 @@ class World:
         dist.init_process_group(backend, timeout=TIMEOUT)
         self.backend = backend
         self._control = dist.new_group(backend="gloo") if backend != "gloo" else None
+
+    def share(self, progress: Any, schedule: Any) -> None:
+        """After rank 0 validated: its progress (a dataclass) and learning-rate schedule
+        (`state_dict`, `load_state_dict`) in every process."""
+        if not self.active:
+            return
+        shared = self.broadcast(
+            (dataclasses.asdict(progress), schedule.state_dict()) if self.main else None
+        )
+        if not self.main:
+            for key, value in shared[0].items():
+                setattr(progress, key, value)
+            schedule.load_state_dict(shared[1])
 
     def stop(self) -> None:
         """Leave the process group."""

@@ -25,7 +25,7 @@ from transduce.data.formats import inflection_source, split_tags
 from transduce.data.vocab import Vocab
 from transduce.errors import CheckpointError, ConfigError, DataError, out_of_memory
 from transduce.models import Model
-from transduce.precision import decoding
+from transduce.precision import decoding, resolve_device
 from transduce.special import SPACE
 from transduce.tasks import Task, make_task
 
@@ -133,16 +133,9 @@ class Transducer:
             from transduce import checkpoint
 
             payload = checkpoint.load(payload)
-        if device == "cuda" and not torch.cuda.is_available():
-            raise ConfigError("--device cuda: this PyTorch sees no CUDA device; use --device cpu")
-        check_device(device)
-        resolved = torch.device(
-            "cuda"
-            if device == "auto" and torch.cuda.is_available()
-            else "cpu"
-            if device == "auto"
-            else device
-        )
+        if device not in ("auto", "cuda"):  # these two: resolve_device's own refusal
+            check_device(device)  # its kind, its form, and cuda:N of the GPUs there are
+        resolved = resolve_device(device, "--device")
         try:
             config = configuration.parse(payload["config"], payload.get("path", "checkpoint"))
             trained = payload.get("precision") or config.train.precision

@@ -59,19 +59,10 @@ def launch(nproc: int, config: configuration.Config, arguments: list[str]) -> in
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    from transduce.precision import choose
-    from transduce.runlog import check
-    from transduce.tasks import check_task
-    from transduce.training import device
+    from transduce.preflight import preflight
 
-    check_task(config)  # what every process would refuse, refused once here
-    check(config.train.log)
-    if config.train.init_from is not None and "--resume" not in arguments:
-        from transduce.finetune import check as check_start
-
-        check_start(config.train.init_from, config)
-    where = device(config.train.device)
-    choose(config.train.precision, where)
+    # what every process would refuse, refused once here
+    _, where, _ = preflight(config, resume="--resume" in arguments)
     if where.type == "cuda" and nproc > torch.cuda.device_count():
         raise ConfigError(
             f"--nproc {nproc}: this machine has {torch.cuda.device_count()} CUDA devices "

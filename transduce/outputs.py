@@ -10,14 +10,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from transduce import runs
 from transduce.data.prepared import is_prepared_file
 from transduce.errors import ConfigError
-from transduce.io import is_temporary
+from transduce.io import atomic_write_text, is_temporary, remove
 from transduce.lines import STDIN, resolved
 
 # What `train` writes in a run directory (a folder with a last.pt or best.pt), its marker,
@@ -87,6 +88,39 @@ def check_run_dir(run_dir: Path, resume: bool) -> None:
             f"{run_dir}: is not empty and not a transduce run directory (it holds "
             f"{others[0]!r}); train writes only in a new or empty --out"
         )
+
+
+@contextlib.contextmanager
+def claimed_run_dir(run_dir: Path, resume: bool) -> Iterator[None]:
+    """Hold `run_dir` for a run (`train`): checked (`check_run_dir`), created if need be,
+    locked for the life of the block, marked as a run directory when a run starts there.
+    A run that fails before it wrote anything else leaves the folder as it found it: no
+    marker, no lock, and no folder if it made it."""
+    from transduce.locking import DirectoryLock
+
+    check_run_dir(run_dir, resume)  # before the lock: a user's folder stays as it is
+    files = runs.RunDir(run_dir)
+    fresh = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = DirectoryLock(files.lock, run_dir).acquire()
+    marked = False
+    try:
+        check_run_dir(run_dir, resume)  # again, under the lock
+        if not resume and not files.marker.exists():
+            atomic_write_text(files.marker, runs.MARKER_TEXT)
+            marked = True
+        yield
+    except BaseException:
+        if not any(p.name not in (runs.LOCK, runs.MARKER) for p in run_dir.iterdir()):
+            if marked:
+                remove(files.marker)
+            lock.release()
+            if fresh:
+                with contextlib.suppress(OSError):
+                    run_dir.rmdir()
+        raise
+    finally:
+        lock.release()
 
 
 def check_outputs(

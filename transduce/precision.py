@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from transduce import defaults
 from transduce.errors import ConfigError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -144,3 +145,32 @@ def scaler(device: torch.device, precision: str) -> torch.amp.GradScaler:
     """The gradient scaler of a run: scaling float16 losses so that small gradients do not
     underflow; a pass-through (disabled) in every other precision."""
     return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+
+def resolve_device(name: str, option: str = "train.device") -> torch.device:
+    """The device a user named (cpu, cuda, cuda:N, or auto: CUDA when there is one) as a
+    torch device: the one rule of `train.device`, `decode --device` and the Python API.
+    A CUDA device where PyTorch sees none is a `ConfigError` naming `option`."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"{option}: {name} requested, but this PyTorch sees no CUDA device; use cpu or auto"
+        )
+    return torch.device(name)
+
+
+def limit_gpu_memory(where: torch.device) -> None:
+    """On a GPU: at most the fraction $TRANSDUCE_GPU_MEMORY of its memory, where set (cells
+    sharing a GPU), for PyTorch's allocator in this process."""
+    value = os.environ.get(defaults.GPU_MEMORY_ENV)
+    if where.type != "cuda" or not value:
+        return
+    try:
+        fraction = float(value)
+    except ValueError:
+        fraction = -1.0
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"${defaults.GPU_MEMORY_ENV}: a fraction in (0, 1], not {value!r}")
+    index = where.index if where.index is not None else torch.cuda.current_device()
+    torch.cuda.set_per_process_memory_fraction(fraction, index)

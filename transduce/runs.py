@@ -31,6 +31,9 @@ FILES = (LAST, BEST, CONFIG, REPORT, PREDICTIONS)
 OWNED = (*FILES, MARKER, LOCK, METRICS, KEPT, TENSORBOARD, DATA)
 
 INTERRUPTED = "interrupted"  # the `stop` of a run stopped by Ctrl-C (SIGINT)
+MARKER_TEXT = json.dumps(  # what the marker holds
+    {"schema": "transduce.run/1", "note": "a run directory: transduce train writes here"}
+)
 
 
 @dataclass(frozen=True)
@@ -213,3 +216,26 @@ class RunReport:
         return self.stop not in (None, INTERRUPTED) and (
             self.test_scores is not None or not testing or no_test
         )
+
+    def reusable_test(
+        self, files: RunDir, manifest: Path, config: dict[str, Any], best: int | None, updates: int
+    ) -> dict[str, float] | None:
+        """This report's test scores, when a resumed session that trained nothing would
+        decode the test set exactly as the session that wrote it did: the same `best`
+        update and number of `updates`, the same data (`manifest`: the prepared data's),
+        the same decode and data settings (`config`: the resolved one), and its
+        test.predictions unchanged since. None otherwise."""
+        from transduce.io import sha256_file
+
+        predictions = files.predictions
+        same = (
+            predictions.is_file()
+            and self.data.get("test_predictions_sha256") == sha256_file(predictions)
+            and self.data.get("manifest_sha256") == sha256_file(manifest)
+            and self.best.get("update") == best
+            and self.updates == updates
+            and self.config.get("decode") == config["decode"]
+            and self.config.get("data") == config["data"]
+            and (config.get("train") or {}).get("test", True)
+        )
+        return self.test_scores if same and self.test_scores else None

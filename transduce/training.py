@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
-import json
 import os
 import random
 import signal
@@ -34,7 +32,6 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -42,30 +39,25 @@ import torch
 
 from transduce import config as configuration
 from transduce import defaults, runs
-from transduce.checkpoint import LAST, Checkpointer, clean
+from transduce.checkpoint import Checkpointer, clean
 from transduce.data.batching import plan_batches
 from transduce.data.prepare import MANIFEST
 from transduce.distributed import World
-from transduce.errors import CheckpointError, ConfigError, out_of_memory, shorten
+from transduce.errors import ConfigError, out_of_memory
 from transduce.faults import fault_point
-from transduce.io import atomic_write_text, remove, sha256_file
-from transduce.locking import DirectoryLock
+from transduce.io import atomic_write_text
 from transduce.metrics import get_metric
 from transduce.models import Model
-from transduce.outputs import check_run_dir
-from transduce.precision import choose, scaler
+from transduce.outputs import claimed_run_dir
+from transduce.precision import limit_gpu_memory, scaler
+from transduce.preflight import check_start, preflight
 from transduce.progress import Reporter
-from transduce.reporting import versions
 from transduce.runlog import MetricsLog
-from transduce.runlog import check as check_logs
 from transduce.runs import RunDir, RunReport
+from transduce.runstate import Progress, RunState, check_plan, check_resumed, plan_digest
 from transduce.schedules import Schedule
-from transduce.tasks import Task, TaskData, check_task
+from transduce.tasks import Task, TaskData
 
-REPORT_SCHEMA = "transduce.train/1"
-MARKER_TEXT = json.dumps(
-    {"schema": "transduce.run/1", "note": "a run directory: transduce train writes here"}
-)
 INTERRUPTED = runs.INTERRUPTED  # Progress.stop of a run stopped by Ctrl-C (SIGINT)
 LOSS_READ_SECONDS = 1.0  # the progress display's loss is read from the device this often
 
@@ -107,85 +99,6 @@ class Interrupts:
             signal.signal(signal.SIGINT, self._previous)
 
 
-@dataclass
-class Progress:
-    """Where a run is; saved in every checkpoint (plain values only)."""
-
-    update: int = 0
-    epoch: int = 0  # epochs completed
-    batch: int = 0  # batches done in the current epoch
-    elapsed: float = 0.0  # seconds of training and validation so far
-    best_score: float | None = None
-    best_update: int | None = None
-    bad_validations: int = 0
-    last_validation: int = -1
-    loss_sum: float = 0.0  # since the last validation
-    loss_updates: int = 0
-    examples: int = 0
-    train_seconds: float = 0.0
-    history: list[dict[str, Any]] = field(default_factory=list)
-    stop: str | None = None
-    plan: str | None = None  # digest of the current epoch's batches (`plan_digest`)
-    run_id: str | None = None  # random, set at a run's start: its checkpoints carry it
-
-    @classmethod
-    def restore(cls, saved: Any, path: str) -> tuple[Progress, list[str]]:
-        """The progress a checkpoint `path` saved, and warnings: a key this version does not
-        know (a newer version's) is left out; a value of the wrong kind is a
-        `CheckpointError` naming the key."""
-        if not isinstance(saved, dict):
-            raise CheckpointError(f"{path}: training.progress is not a mapping")
-        known = {f.name: f for f in fields(cls)}
-        unknown = sorted(str(key) for key in saved if key not in known)
-        kinds: dict[str, tuple[type, ...]] = {
-            "int": (int,),
-            "float": (int, float),
-            "list[dict[str, Any]]": (list,),
-            "str | None": (str, type(None)),
-            "float | None": (int, float, type(None)),
-            "int | None": (int, type(None)),
-        }
-        for key, value in saved.items():
-            if key not in known:
-                continue
-            kind = kinds[str(known[key].type)]
-            if isinstance(value, bool) or not isinstance(value, kind):
-                raise CheckpointError(
-                    f"{path}: training.progress.{key} is {shorten(repr(value))}, not "
-                    f"{known[key].type}; the checkpoint is damaged"
-                )
-        if any(not isinstance(entry, dict) for entry in saved.get("history", [])):
-            raise CheckpointError(f"{path}: training.progress.history holds a non-mapping entry")
-        progress = cls(**{k: v for k, v in saved.items() if k in known})
-        warnings = (
-            [
-                f"warning: {path}: training.progress has keys this version does not know "
-                f"({', '.join(unknown)}; a newer transduce's?): left out"
-            ]
-            if unknown
-            else []
-        )
-        return progress, warnings
-
-
-@dataclass
-class RunState:
-    """What a run trains and where it is, made by `Trainer.setup` and held by the trainer
-    (`Trainer.state`) for the whole run: its methods take at most a batch."""
-
-    data: TaskData
-    model: Model
-    optimizer: torch.optim.Optimizer
-    schedule: Schedule
-    progress: Progress
-
-
-def plan_digest(batches: list[list[int]]) -> str:
-    """A fingerprint of an epoch's batches: a resumed run continues the same epoch only
-    with the same batches."""
-    return hashlib.sha256(json.dumps(batches, separators=(",", ":")).encode()).hexdigest()[:16]
-
-
 class Limits:
     """When training must stop: the one place every limit of `train` is checked."""
 
@@ -210,31 +123,39 @@ class Limits:
         return None
 
 
-def device(name: str) -> torch.device:
-    """`train.device` as a torch device (auto: CUDA when there is one)."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(
-            "train.device: cuda requested, but this PyTorch sees no CUDA device; use cpu or auto"
-        )
-    return torch.device(name)
+class Losses:
+    """The training losses of the updates not yet read from the device (each a scalar on
+    it): no update waits for the device to read one."""
 
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.pending: list[torch.Tensor] = []
+        self._shown = (0.0, float("-inf"))  # the display's loss, and when it was read
 
-def limit_gpu_memory(where: torch.device) -> None:
-    """On a GPU: at most the fraction $TRANSDUCE_GPU_MEMORY of its memory, where set (cells
-    sharing a GPU), for PyTorch's allocator in this process."""
-    value = os.environ.get(defaults.GPU_MEMORY_ENV)
-    if where.type != "cuda" or not value:
-        return
-    try:
-        fraction = float(value)
-    except ValueError:
-        fraction = -1.0
-    if not 0 < fraction <= 1:
-        raise ConfigError(f"${defaults.GPU_MEMORY_ENV}: a fraction in (0, 1], not {value!r}")
-    index = where.index if where.index is not None else torch.cuda.current_device()
-    torch.cuda.set_per_process_memory_fraction(fraction, index)
+    def collect(self, progress: Progress) -> None:
+        """Add the losses of the updates since the last call (summed over the processes)
+        to `progress`, one by one as when each was read at once (so the sums do not depend
+        on when they are read); every process calls it at the same points."""
+        if not self.pending:
+            return
+        losses = self.world.sum_each(torch.stack(self.pending).double())  # updates
+        for loss in losses:
+            progress.loss_sum += loss
+        progress.loss_updates += len(losses)
+        self.pending = []
+
+    def shown(self, progress: Progress) -> float:
+        """The mean training loss since the last validation for the progress display,
+        read from the device at most every `LOSS_READ_SECONDS` (in rank 0: its part of
+        each update times the number of processes)."""
+        value, when = self._shown
+        now = time.perf_counter()
+        if now - when >= LOSS_READ_SECONDS:
+            pending = float(torch.stack(self.pending).sum()) if self.pending else 0.0
+            updates = progress.loss_updates + len(self.pending)
+            value = (progress.loss_sum + pending * self.world.size) / max(updates, 1)
+            self._shown = (value, now)
+        return value
 
 
 class Trainer:
@@ -263,30 +184,28 @@ class Trainer:
         self.world = world or World.from_environment()
         # only rank 0 shows progress (and writes: see `transduce.distributed`)
         self.reporter = (reporter or Reporter()) if self.world.main else Reporter()
-        if task is None:
-            kind = check_task(config)  # the task's problems first, then the machine's
-            where = self.world.device(device(config.train.device))
-            task = kind(config, where, choose(config.train.precision, where))
+        if task is None:  # refused before anything is written
+            kind, where, precision = preflight(config, resume)
+            task = kind(config, self.world.device(where), precision)
+        else:
+            check_start(config, resume)
         self.task = task
         limit_gpu_memory(task.device)
-        check_logs(config.train.log)
-        if config.train.init_from is not None and not resume:  # refused before any write
-            from transduce.finetune import check
-
-            check(config.train.init_from, config)
         self.log: MetricsLog | None = None  # rank 0's, from the start of the loop
         self.device, self.precision = task.device, task.precision  # batches and model: one device
-        self.scaler = scaler(self.device, self.precision)
-        self._pending: list[torch.Tensor] = []  # the losses of the updates not yet read
-        self._shown = (0.0, float("-inf"))  # the display's loss, and when it was read
+        self.losses = Losses(self.world)
         self.lower_is_better = not get_metric(config.train.select_on).higher_is_better
         self.checkpoints = Checkpointer(
             self.run_dir, config.train.keep_best, config.train.keep_last, self.lower_is_better
         )
         self.notes: list[str] = []  # what setup has to say, said once the run is sure to start
         self._resumed_at: int | None = None  # the update a resumed session started at
-        self.initialized: dict[str, Any] | None = None  # what train.init_from loaded
         self.state: RunState  # what `setup` makes: the data, model, optimizer, schedule, progress
+
+    @property
+    def initialized(self) -> dict[str, Any] | None:
+        """What train.init_from loaded (fine-tuning), after `setup`."""
+        return self.state.initialized
 
     def batches(self, data: TaskData, epoch: int) -> list[list[int]]:
         """The batches of epoch `epoch` (0-based): the same order when a run is resumed."""
@@ -312,6 +231,7 @@ class Trainer:
             hint = f"the model's sizes (model.* of {c.model_name}) are too large"
             raise out_of_memory(error, "building the model", hint) or error from None
         self.task.check_model(model, data)
+        initialized = None  # what train.init_from loads
         if saved is None:
             message = self.task.initialize(model, data)
             if message:
@@ -320,8 +240,8 @@ class Trainer:
                 from transduce.finetune import describe, init_from
 
                 vocabs = {k: v.symbols for k, v in data.vocabs.items()}
-                self.initialized = init_from(model, vocabs, t.init_from, c)
-                self.notes.append(describe(self.initialized))
+                initialized = init_from(model, vocabs, t.init_from, c)
+                self.notes.append(describe(initialized))
         model = model.to(self.device)
         self.notes.append(f"model {c.model_name}: {model.parameter_count():,} parameters")
         where = f"{self.device}, {self.precision}"
@@ -334,67 +254,11 @@ class Trainer:
         optimizer = make_optimizer(model, t.optimizer)
         schedule = Schedule(t.schedule, optimizer, t.optimizer.lr, t.max_updates)
         progress = Progress(run_id=uuid.uuid4().hex)
+        run = scaler(self.device, self.precision)
+        self.state = RunState(data, model, optimizer, schedule, progress, run, initialized)
         if saved is not None:
-            training = saved["training"]
-            try:
-                model.load_state_dict(saved["model"])
-            except (RuntimeError, KeyError) as error:
-                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-                raise CheckpointError(
-                    f"{saved['path']}: its weights do not fit the configured model ({first}); "
-                    "resume with the run's own configuration"
-                ) from None
-            optimizer.load_state_dict(training["optimizer"])
-            schedule.load_state_dict(training["schedule"])
-            if training.get("scaler") and self.scaler.is_enabled():
-                self.scaler.load_state_dict(training["scaler"])
-            self.initialized = training.get("init_from")
-            progress, warnings = Progress.restore(training.get("progress"), saved["path"])
-            self.notes.extend(warnings)
-            progress.stop = None
-            torch.set_rng_state(training["rng"]["torch"])
-            if "cuda" in training["rng"] and torch.cuda.is_available():
-                with contextlib.suppress(RuntimeError, IndexError):  # another number of GPUs
-                    torch.cuda.set_rng_state_all(training["rng"]["cuda"])
-            self.notes.append(f"resuming at update {progress.update}, epoch {progress.epoch}")
-        self.state = RunState(data, model, optimizer, schedule, progress)
+            self.notes.extend(self.state.restore(saved))
         return self.state
-
-    def _check_same_model(self, state: dict[str, Any]) -> None:
-        """The model a resumed run was trained as must be the configured one: its options
-        shape the weights and what they compute (e.g. `local_m` of transduce < 0.3 is
-        `local_m_gaussian` now, `checkpoint.upgrade`). A `ConfigError` names the option.
-        An option newer than the checkpoint is not compared: its default keeps the old
-        behaviour."""
-        trained = state["config"].get("model", {})
-        wanted = configuration.resolved(self.config)["model"]
-        for key in sorted(trained):
-            if trained.get(key) != wanted.get(key):
-                raise ConfigError(
-                    f"{state['path']}: the run was trained with model.{key} "
-                    f"{trained.get(key)!r}, not {wanted.get(key)!r}; resume with the same "
-                    f"model options (--set model.{key}=...)"
-                )
-
-    def _check_plan(self) -> None:
-        """A run stopped in the middle of an epoch continues that epoch only if its batches
-        are the same (train.batch_size, batch_by, bucketing, seed and the data decide them)."""
-        progress = self.state.progress
-        if progress.batch == 0:
-            return
-        batches = self.batches(self.state.data, progress.epoch)
-        same = (
-            plan_digest(batches) == progress.plan
-            if progress.plan is not None
-            else progress.batch < len(batches)  # a checkpoint of transduce < 0.3.1
-        )
-        if not same:
-            raise ConfigError(
-                f"{self.files.last}: was saved in the middle of epoch "
-                f"{progress.epoch + 1} (after batch {progress.batch}), and with this "
-                f"configuration and data that epoch has other batches ({len(batches)}); "
-                "resume with the run's train.batch_size, batch_by, bucketing, seed and data"
-            )
 
     # -------------------------------------------------------------------- loop
 
@@ -423,29 +287,8 @@ class Trainer:
         self.world.stop()
 
     def _locked(self) -> dict[str, Any] | None:
-        check_run_dir(self.run_dir, self.resume)  # before the lock: a user's folder stays as it is
-        fresh = not self.run_dir.exists()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        lock = DirectoryLock(self.files.lock, self.run_dir).acquire()
-        marker = self.files.marker
-        marked = False
-        try:
-            check_run_dir(self.run_dir, self.resume)  # again, under the lock
-            if not self.resume and not marker.exists():
-                atomic_write_text(marker, MARKER_TEXT)
-                marked = True
+        with claimed_run_dir(self.run_dir, self.resume):
             return self._run()
-        except BaseException:
-            if not any(p.name not in (runs.LOCK, runs.MARKER) for p in self.run_dir.iterdir()):
-                if marked:  # a run that failed at once leaves the folder as it found it
-                    remove(marker)
-                lock.release()
-                if fresh:
-                    with contextlib.suppress(OSError):
-                        self.run_dir.rmdir()
-            raise
-        finally:
-            lock.release()
 
     def _run(self) -> dict[str, Any] | None:
         t = self.config.train
@@ -453,8 +296,9 @@ class Trainer:
         if not self.world.main:  # rank 0 has checked, repaired and prepared the run directory
             self.world.barrier()
             self.setup(self.checkpoints.resume_state() if self.resume else None)
-            return self._distributed()
-        if not self.resume and (self.run_dir / LAST).exists():  # checked under the lock
+            self._distributed()
+            return None
+        if not self.resume and self.files.last.exists():  # checked under the lock
             raise ConfigError(
                 f"{self.run_dir}: already holds a run; --resume continues it, or choose another "
                 "--out"
@@ -462,27 +306,19 @@ class Trainer:
         self.checkpoints.check_kept_folder()
         state = self.checkpoints.resume_state() if self.resume else None
         if state is not None:
-            self._check_same_model(state)
-            trained = state["config"].get("train") or {}
-            for key in ("dev_subset", "dev_subset_seed"):
-                before, now = trained.get(key), getattr(self.config.train, key)
-                if before != now:
-                    self.notes.append(
-                        f"warning: train.{key} was {before}, now {now}: the best dev score so "
-                        "far and the patience count are of the other dev set"
-                    )
+            self.notes.extend(check_resumed(self.config, state))
         progress = self.setup(state).progress
         self._resumed_at = None if state is None else progress.update
         if state is not None:
-            self._check_plan()
+            check_plan(progress, self.batches(self.state.data, progress.epoch), self.files.last)
         repairs = clean(self.checkpoints.stale_temporaries())
         repairs += self.checkpoints.check(state) if state is not None else []
         for message in [f"run directory: {self.run_dir}", *self.notes, *repairs]:
             self.reporter.message(message)
         if not self.files.marker.exists():  # a run of a transduce before the marker
-            atomic_write_text(self.files.marker, MARKER_TEXT)
+            atomic_write_text(self.files.marker, runs.MARKER_TEXT)
         atomic_write_text(self.files.config, _yaml(configuration.resolved(self.config)))
-        self.log = MetricsLog(self.run_dir, t.log, progress.history)
+        self.log = MetricsLog(self.run_dir, list(t.log), progress.history)
         self.world.barrier()  # the others may read the run directory now
         self._distributed()
         # the first of the two limits: updates, or epochs of batches
@@ -540,10 +376,10 @@ class Trainer:
             # resumed run that met its limits at once was, when its last.pt was written)
             if due or (progress.stop is not None and progress.last_validation != progress.update):
                 progress.elapsed = time.perf_counter() - limits.clock
-                self._collect()
+                self.losses.collect(progress)
                 if main:
                     self.validate(epoch)
-                self._share()
+                self.world.share(progress, self.state.schedule)
                 progress.stop = progress.stop or self._reached(limits, interrupts)
             # with other processes, only the agreed stop: a SIGINT after the agreement is
             # the next update's (stopping alone would leave the others waiting)
@@ -551,9 +387,9 @@ class Trainer:
             if progress.stop is None and asked:
                 progress.stop = INTERRUPTED
                 progress.elapsed = time.perf_counter() - limits.clock
-                self._collect()
+                self.losses.collect(progress)
                 if main:
-                    self.checkpoints.save(self.payload(), improved=False)
+                    self.checkpoints.save(self._checkpoint(), improved=False)
             if progress.stop is not None:
                 break
 
@@ -568,46 +404,6 @@ class Trainer:
             interrupts.agreed = asked  # not `requested`: a SIGINT here later is the first
         return stop
 
-    def _collect(self) -> None:
-        """Add the losses of the updates since the last call (summed over the processes)
-        to `progress`, one by one as when each was read at once (so the sums do not depend
-        on when they are read); every process calls it at the same points."""
-        if not self._pending:
-            return
-        losses = self.world.sum_each(torch.stack(self._pending).double())  # updates
-        progress = self.state.progress
-        for loss in losses:
-            progress.loss_sum += loss
-        progress.loss_updates += len(losses)
-        self._pending = []
-
-    def _share(self) -> None:
-        """After rank 0 validated: its progress and schedule in every process."""
-        if not self.world.active:
-            return
-        progress, schedule = self.state.progress, self.state.schedule
-        shared = self.world.broadcast(
-            (asdict(progress), schedule.state_dict()) if self.world.main else None
-        )
-        if not self.world.main:
-            for key, value in shared[0].items():
-                setattr(progress, key, value)
-            schedule.load_state_dict(shared[1])
-
-    def _shown_loss(self) -> float:
-        """The mean training loss since the last validation for the progress display,
-        read from the device at most every `LOSS_READ_SECONDS` (in rank 0: its part of
-        each update times the number of processes)."""
-        value, when = self._shown
-        now = time.perf_counter()
-        if now - when >= LOSS_READ_SECONDS:
-            progress = self.state.progress
-            pending = float(torch.stack(self._pending).sum()) if self._pending else 0.0
-            updates = progress.loss_updates + len(self._pending)
-            value = (progress.loss_sum + pending * self.world.size) / max(updates, 1)
-            self._shown = (value, now)
-        return value
-
     def train_step(self, batches: list[list[int]]) -> tuple[bool, float]:
         """The next update of the epoch whose `batches` these are, counted in the run's
         progress: (whether a validation is due after it, the epoch reached as a fraction)."""
@@ -619,16 +415,10 @@ class Trainer:
         progress.update += 1
         try:
             loss = self.update(indices, progress.update)
-            self._pending.append(loss)
+            self.losses.pending.append(loss)
         except (MemoryError, RuntimeError) as error:
-            lengths = self.task.lengths(self.state.data)
-            longest = max(max(lengths[i]) for i in indices)
-            what = (
-                f"in update {progress.update}, a batch of {len(indices)} examples up to "
-                f"{longest} symbols long"
-            )
-            hint = "lower train.batch_size, or set data.max_source_length / max_target_length"
-            raise out_of_memory(error, what, hint) or error from None
+            longest = max(max(self.task.lengths(self.state.data)[i]) for i in indices)
+            raise batch_too_large(error, progress.update, len(indices), longest) from None
         fault_point("update")
         progress.batch += 1
         progress.examples += len(indices)
@@ -636,7 +426,7 @@ class Trainer:
         self.reporter.update(
             progress.update,
             progress.epoch + 1,
-            self._shown_loss(),
+            self.losses.shown(progress),
             progress.examples / max(progress.train_seconds, 1e-9),
         )
         epoch = progress.epoch + progress.batch / len(batches)
@@ -660,18 +450,18 @@ class Trainer:
         for part in self.world.parts(indices, self.config.train.accumulate):
             share = self.task.loss_tokens(data, part) / total
             loss = self.task.training_loss(model, data, part, number, share)
-            self.scaler.scale(loss).backward()
+            s.scaler.scale(loss).backward()
             loss_sum += loss.detach().float()
-        if self.scaler.is_enabled() and self.scaler._scale is None:  # no part here (a batch
-            self.scaler.scale(loss_sum)  # smaller than the processes): start the scaler
+        if s.scaler.is_enabled() and s.scaler._scale is None:  # no part here (a batch
+            s.scaler.scale(loss_sum)  # smaller than the processes): start the scaler
         parameters = [p for p in model.parameters() if p.requires_grad]
         self.world.sum_gradients(parameters)
         clip = self.config.train.clip_norm
         if clip is not None:
-            self.scaler.unscale_(optimizer)  # clip the true gradients (fp16: scaled up)
+            s.scaler.unscale_(optimizer)  # clip the true gradients (fp16: scaled up)
             torch.nn.utils.clip_grad_norm_(parameters, clip)
-        self.scaler.step(optimizer)  # fp16: skipped when a gradient is not finite
-        self.scaler.update()
+        s.scaler.step(optimizer)  # fp16: skipped when a gradient is not finite
+        s.scaler.update()
         return loss_sum
 
     def validate(self, epoch: float) -> None:
@@ -685,7 +475,7 @@ class Trainer:
             hint = "lower train.dev_batch_size or decode.max_output_length"
             raise out_of_memory(error, "validating on the dev set", hint) or error from None
         score = scores[t.select_on]
-        improved = self._improved(score, scores)
+        improved = progress.improved_by(scores, t)
         entry = {
             "update": progress.update,
             "epoch": round(epoch, 4),
@@ -709,92 +499,34 @@ class Trainer:
         by_loss = t.schedule.monitor == "loss"
         schedule.after_validation(dev_loss if by_loss else score, self.lower_is_better or by_loss)
         fault_point("validation")
-        self.checkpoints.save(self.payload(), improved, score)
+        self.checkpoints.save(self._checkpoint(), improved, score)
         if self.log is not None:
             self.log.append(entry)  # after last.pt: the log never runs ahead of it
         self.reporter.validation(entry, improved)
 
-    def payload(self) -> dict[str, Any]:
-        """A checkpoint: config, weights, what the task needs to decode, training state."""
-        s = self.state
-        rng = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
-        return {
-            "model_name": self.config.model_name,
-            "config": configuration.resolved(self.config),
-            "precision": self.precision,  # what train.precision ran as
-            "model": s.model.state_dict(),
-            **self.task.checkpoint_extras(s.data),
-            "training": {
-                "optimizer": s.optimizer.state_dict(),
-                "schedule": s.schedule.state_dict(),
-                "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
-                "rng": rng,
-                "progress": asdict(s.progress),
-                "init_from": self.initialized,  # kept for the train.json of a resumed run
-            },
-            "versions": versions(),
-        }
-
-    def _improved(self, score: float, scores: dict[str, float]) -> bool:
-        """Whether a validation becomes the best: the first one; then strictly better on
-        select_on, or, with select_also, at least as good on select_on and on each of
-        select_also as the best so far (Wu's `select_model`: ties go to the later one)."""
-        t, progress = self.config.train, self.state.progress
-        if progress.best_score is None:
-            return True
-        if not t.select_also:
-            better = (
-                score < progress.best_score if self.lower_is_better else score > progress.best_score
-            )
-            return better
-        best = next(
-            (h["dev_scores"] for h in progress.history if h["update"] == progress.best_update), {}
-        )
-        for name in (t.select_on, *t.select_also):
-            now, then = scores[name], best.get(name, scores[name])
-            if (now > then) if not get_metric(name).higher_is_better else (now < then):
-                return False
-        return True
-
-    def _earlier_test(self, manifest: Path) -> dict[str, Any] | None:
-        """The test scores of the run's train.json, when this resumed session trained
-        nothing and would decode the test set exactly as that session did."""
-        progress = self.state.progress
-        if self._resumed_at is None or self._resumed_at != progress.update:
-            return None
-        try:
-            earlier = RunReport.from_json(self.files.report)
-        except (OSError, ValueError):
-            return None
-        resolved = configuration.resolved(self.config)
-        before = earlier.config
-        predictions = self.files.predictions
-        data = earlier.data
-        same = (
-            predictions.is_file()
-            and data.get("test_predictions_sha256") == sha256_file(predictions)
-            and data.get("manifest_sha256") == sha256_file(manifest)
-            and earlier.best.get("update") == progress.best_update
-            and earlier.updates == progress.update
-            and before.get("decode") == resolved["decode"]
-            and before.get("data") == resolved["data"]
-            and self.config.train.test
-        )
-        return earlier.test_scores if same and earlier.test_scores else None
+    def _checkpoint(self) -> dict[str, Any]:
+        """A checkpoint of the run now (`RunState.checkpoint`)."""
+        extras = self.task.checkpoint_extras(self.state.data)
+        return self.state.checkpoint(self.config, self.precision, extras)
 
     def finish(self, wall: float) -> dict[str, Any]:
         """Test the best checkpoint (test.predictions) and write train.json (an
-        interrupted run: no test, `"stop": "interrupted"`)."""
+        interrupted run: no test, `"stop": "interrupted"`). A resumed session that trained
+        nothing and would decode the test set as before keeps the earlier test scores
+        (`RunReport.reusable_test`)."""
         model, data, progress = self.state.model, self.state.data, self.state.progress
         interrupted = progress.stop == INTERRUPTED
         if not interrupted:
             model.load_state_dict(self.checkpoints.load_best(progress.best_update)["model"])
             fault_point("before-test")
-        test_scores = None
-        manifest = data.prepared.directory / MANIFEST
-        kept = None if interrupted else self._earlier_test(manifest)
+        test_scores, statistics, kept = None, None, None
+        earlier = RunReport.read(self.files.report) if self._resumed_at == progress.update else None
+        if earlier is not None and not interrupted:
+            manifest = data.prepared.directory / MANIFEST
+            resolved = configuration.resolved(self.config)
+            kept = earlier.reusable_test(
+                self.files, manifest, resolved, progress.best_update, progress.update
+            )
         if kept is not None:
             test_scores = kept
             self.reporter.message(
@@ -805,53 +537,29 @@ class Trainer:
             test_scores, outputs = self.task.evaluate(model, data, data.test_eval)
             lines = self.task.test_lines(data, outputs)
             atomic_write_text(self.files.predictions, "".join(line + "\n" for line in lines))
-        test_statistics = None
         if not interrupted and self.config.train.test:
-            test_statistics = self.task.test_statistics(model, data)
-        predictions = self.files.predictions
-        report = {
-            "schema": REPORT_SCHEMA,
-            "config": configuration.resolved(self.config),
-            "data": {
-                "directory": str(data.prepared.directory),
-                "manifest_sha256": sha256_file(manifest),
-                "outputs": {
-                    k: v.get("sha256") for k, v in data.prepared.manifest["outputs"].items()
-                },
-                "train_examples": len(data.train),
-                "train_examples_too_long": data.skipped_long,
-                "dev_sources": len(data.dev_eval.sources),
-                "test_sources": None if data.test_eval is None else len(data.test_eval.sources),
-                "test_predictions_sha256": (
-                    sha256_file(predictions) if test_scores is not None else None
-                ),
-            },
-            "vocab": {"source": len(data.source_vocab), "target": len(data.target_vocab)},
-            "parameters": model.parameter_count(),
-            "init_from": self.initialized,  # the weights it started from (fine-tuning)
-            "device": str(self.device),
-            "precision": self.precision,  # what train.precision ran as on this device
-            "processes": self.world.size,
-            "backend": self.world.backend,  # of the process group (nccl, gloo), if any
-            "threads": torch.get_num_threads(),
-            "history": progress.history,
-            "best": {
-                "update": progress.best_update,
-                "metric": self.config.train.select_on,
-                "score": progress.best_score,
-            },
-            "test": test_scores,
-            "test_monotonicity": test_statistics,  # as dev_monotonicity, of the best model
-            "stop": progress.stop,
-            "updates": progress.update,
-            "epochs": progress.epoch,
-            "training_seconds": progress.elapsed,  # training and validation, all sessions
-            "wall_seconds": wall,  # this process: data, training, test decoding
-            "versions": versions(),
-        }
+            statistics = self.task.test_statistics(model, data)
+        report = self.state.report(
+            self.config,
+            device=self.device,
+            precision=self.precision,
+            world=self.world,
+            test=test_scores,
+            test_monotonicity=statistics,
+            predictions=self.files.predictions,
+            wall=wall,
+        )
         fault_point("before-report")
-        RunReport(report).to_json(self.files.report)
-        return report
+        report.to_json(self.files.report)
+        return report.fields
+
+
+def batch_too_large(error: BaseException, update: int, size: int, longest: int) -> BaseException:
+    """What to raise for `error` in update `update` on a batch of `size` examples up to
+    `longest` symbols: out of memory said so with what to change, else `error`."""
+    what = f"in update {update}, a batch of {size} examples up to {longest} symbols long"
+    hint = "lower train.batch_size, or set data.max_source_length / max_target_length"
+    return out_of_memory(error, what, hint) or error
 
 
 def keep_large_blocks_out_of_the_heap(threshold: int = 8 << 20) -> bool:
@@ -880,7 +588,12 @@ def make_optimizer(model: Model, c: configuration.OptimizerConfig) -> torch.opti
         return torch.optim.RMSprop(
             params, lr=c.lr, alpha=c.rho, eps=c.eps, weight_decay=c.weight_decay
         )
-    kwargs = {"lr": c.lr, "betas": tuple(c.betas), "eps": c.eps, "weight_decay": c.weight_decay}
+    kwargs: dict[str, Any] = {
+        "lr": c.lr,
+        "betas": (c.betas[0], c.betas[1]),
+        "eps": c.eps,
+        "weight_decay": c.weight_decay,
+    }
     try:
         return torch.optim.Adam(params, fused=True, **kwargs)
     except (RuntimeError, ValueError):

@@ -471,14 +471,13 @@ def check_machine(experiment: Experiment) -> None:
     Raises:
         ConfigError: the first cell's setting this machine cannot run, named.
     """
-    from transduce.precision import choose
+    from transduce.precision import choose, resolve_device
     from transduce.runlog import check as check_logs
-    from transduce.training import device
 
     for (wanted, precision, log), where in experiment.machine.items():
         try:
             check_logs(list(log))
-            where_to = device(wanted)
+            where_to = resolve_device(wanted)
             if precision != "auto":  # auto runs on any device
                 choose(precision, where_to)
         except TransduceError as error:
