@@ -197,6 +197,32 @@ def test_character_table_and_shapes():
     assert model.self_attention(batch).shape == (2, 4, 2, 2)
 
 
+def test_stacked_character_convolutions_by_hand():
+    """`char_layers: 3` (the authors' code) stacks three convolutions: the word vector is
+    max(relu(conv3(relu(conv2(relu(conv1(e))) * m)) * m) * m) computed here by hand, and
+    does not depend on how long the other words of the batch are (padded characters are
+    zeros after each layer)."""
+    from transduce.models.tagger import CharCNN
+
+    torch.manual_seed(0)
+    cnn = CharCNN(12, 4, 6, 5, layers=3)
+    assert len(cnn.more) == 2 and sum(p.numel() for p in cnn.parameters()) == (
+        12 * 4 + (4 * 6 * 5 + 6) + 2 * (6 * 6 * 5 + 6)
+    )
+    word = torch.tensor([[[5, 6, 7]]])  # one word of 3 characters
+    padded = torch.tensor([[[5, 6, 7, 0, 0, 0, 0], [8, 9, 10, 11, 5, 6, 7]]])
+    alone, beside = cnn(word)[0, 0], cnn(padded)[0, 0]
+    torch.testing.assert_close(alone, beside)
+    x = cnn.embedding(word[0]).transpose(1, 2)
+    h = torch.relu(cnn.conv(x))
+    for conv in cnn.more:
+        h = torch.relu(conv(h))
+    torch.testing.assert_close(alone, h.amax(dim=-1)[0])  # no padding: no mask needed
+    one = CharCNN(12, 4, 6, 5, layers=1)
+    assert len(one.more) == 0
+    assert SanTaggerConfig(char_layers=0).check() == ["char_layers: must be at least 1"]
+
+
 def test_word_vectors(tmp_path: Path):
     config = SanTaggerConfig(
         **{**{k: v for k, v in TINY.items() if k != "name"}, "embedding_dim": 3}

@@ -4,7 +4,12 @@ For each word: a word embedding (optionally initialised from a word-vector file)
 position embedding added (SAN+PE[add]) or concatenated (SAN+PE[con]) or no position
 embedding at all (direct position interactions, or the order-blind SAN), then a character
 representation concatenated: a convolution of width 3 with 64 filters over the word's
-character embeddings, ReLU, max-pooled over the characters (Yu et al. 2017). Then `layers`
+character embeddings, ReLU, max-pooled over the characters (Yu et al. 2017; the paper's
+Table 1b). The authors' code (`models/seqlabel.py` of pdufter/convatt) stacks three
+convolutions of width 5 instead (`char_layers: 3`, `char_width: 5`); between stacked
+layers the positions after a word's last character are zeros here, so that a word's
+vector does not depend on how long the other words of its batch are (the code pads every
+word to 20 characters with a trained padding embedding). Then `layers`
 self-attention layers of `heads` heads, each with a residual connection (h <- d + SA(d)
 with d = dropout(h), as in the authors' code), the heads concatenated without an output
 projection (§2.2); and a residual connection from the input to the output, which (as in
@@ -47,6 +52,7 @@ class SanTaggerConfig(AttentionOptions, TaggerConfig):
     char_embedding_dim: int = 64
     char_filters: int = 64
     char_width: int = 3
+    char_layers: int = 1  # stacked convolutions (the authors' code: 3, of width 5)
     max_word_length: int = 20  # characters read per word
     layers: int = 4
     heads: int = 4
@@ -63,7 +69,7 @@ class SanTaggerConfig(AttentionOptions, TaggerConfig):
             f"{name}: must be at least 1"
             for name in (
                 "embedding_dim", "position_dim", "char_embedding_dim", "char_filters",
-                "max_word_length", "layers", "heads", "max_length",
+                "max_word_length", "layers", "heads", "max_length", "char_layers",
             )
             if getattr(self, name) < 1
         ]  # fmt: skip
@@ -96,19 +102,25 @@ class SanTaggerConfig(AttentionOptions, TaggerConfig):
 
 
 class CharCNN(nn.Module):
-    """Characters -> one vector per word: embed, convolve (width w, 'same'), ReLU, max-pool."""
+    """Characters -> one vector per word: embed, `layers` convolutions (width w, 'same',
+    each followed by a ReLU), max-pool. Padded characters are zeros after each layer."""
 
-    def __init__(self, chars: int, dim: int, filters: int, width: int) -> None:
+    def __init__(self, chars: int, dim: int, filters: int, width: int, layers: int = 1) -> None:
         super().__init__()
         self.embedding = nn.Embedding(chars, dim, padding_idx=PAD_ID)
         self.conv = nn.Conv1d(dim, filters, width, padding=width // 2)
+        self.more = nn.ModuleList(
+            nn.Conv1d(filters, filters, width, padding=width // 2) for _ in range(layers - 1)
+        )
 
     def forward(self, chars: Tensor) -> Tensor:
         b, s, c = chars.shape
+        real = chars.view(b * s, 1, c) != PAD_ID  # BS x 1 x C
         x = self.embedding(chars.view(b * s, c)).transpose(1, 2)  # BS x Dc x C
-        h = torch.relu(self.conv(x))  # BS x F x C
         # ReLU outputs are >= 0, so zeroing padded characters leaves each max unchanged
-        h = h * (chars.view(b * s, 1, c) != PAD_ID)  # BS x F x C
+        h = torch.relu(self.conv(x)) * real  # BS x F x C
+        for conv in self.more:
+            h = torch.relu(conv(h)) * real
         return h.amax(dim=-1).view(b, s, -1)  # B x S x F
 
 
@@ -143,7 +155,9 @@ class SanTagger(Tagger):
         self.positions = (
             nn.Embedding(c.max_length, width) if c.position_mode in ("add", "concat") else None
         )
-        self.char_cnn = CharCNN(chars, c.char_embedding_dim, c.char_filters, c.char_width)
+        self.char_cnn = CharCNN(
+            chars, c.char_embedding_dim, c.char_filters, c.char_width, c.char_layers
+        )
         hidden = c.hidden_size
         self.layers = nn.ModuleList(
             SelfAttention(
@@ -153,7 +167,7 @@ class SanTagger(Tagger):
                 bias=False,
                 project=False,
                 length=c.max_length,
-                **c.attention_kwargs(layer),  # type: ignore[arg-type]
+                **c.attention_kwargs(layer),
             )
             for layer in range(1, c.layers + 1)
         )
