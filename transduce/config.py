@@ -37,10 +37,12 @@ from transduce.recipe_loader import read_yaml as read_yaml
 from transduce.recipe_loader import recipe_path as recipe_path
 from transduce.recipe_loader import shipped_recipes as shipped_recipes
 
-if TYPE_CHECKING:  # only an annotation: loading a recipe needs no torch
+if TYPE_CHECKING:  # only annotations: loading a recipe needs no torch
+    from _typeshed import DataclassInstance
+
     from transduce.models.base import ModelConfig
 
-S = TypeVar("S")
+S = TypeVar("S", bound="DataclassInstance")
 
 # --------------------------------------------------------------------------- sections
 
@@ -387,7 +389,7 @@ def _convert(value: Any, kind: Any, where: str, errors: list[str]) -> Any:
         inner = [o for o in options if o is not type(None)]
         if len(inner) == 1:
             return _convert(value, inner[0], where, errors)
-        sections = [o for o in inner if dataclasses.is_dataclass(o)]
+        sections = [o for o in inner if isinstance(o, type) and dataclasses.is_dataclass(o)]
         if isinstance(value, dict) and sections:  # a mapping: report the section's own errors
             return build(sections[0], value, where, errors)
         for option in inner:  # int | str: the first that fits
@@ -403,7 +405,7 @@ def _convert(value: Any, kind: Any, where: str, errors: list[str]) -> Any:
         if value not in get_args(kind):
             errors.append(f"{where}: expected {_type_name(kind)}, got {value!r}")
         return value
-    if dataclasses.is_dataclass(kind):
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         return build(kind, value, where, errors)
     if origin in (list, typing.List):  # noqa: UP006
         if not isinstance(value, list):
@@ -593,7 +595,8 @@ def parse(data: dict[str, Any], source: str = "config") -> Config:
         model = build(MODELS[name].Config, model_data, "model", errors)
     if errors:
         raise ConfigError(f"{source}: {plural(len(errors), 'problem')}: " + "; ".join(errors))
-    return Config(model_name=name, model=model, **sections)  # type: ignore[arg-type]
+    assert isinstance(name, str) and model is not None  # both set where there was no error
+    return Config(model_name=name, model=model, **sections)
 
 
 def load(
@@ -645,8 +648,11 @@ def setting_keys(models: bool = True) -> list[str]:
         keys = []
         for f in dataclasses.fields(cls):
             kind = f.type if not isinstance(f.type, str) else typing.get_type_hints(cls)[f.name]
-            inner = [a for a in get_args(kind) if dataclasses.is_dataclass(a)]
-            target = kind if dataclasses.is_dataclass(kind) else (inner[0] if inner else None)
+            inner = [
+                a for a in get_args(kind) if isinstance(a, type) and dataclasses.is_dataclass(a)
+            ]
+            dataclass = isinstance(kind, type) and dataclasses.is_dataclass(kind)
+            target = kind if dataclass else (inner[0] if inner else None)
             if target is not None:
                 keys += walk(target, f"{prefix}{f.name}.")
             else:

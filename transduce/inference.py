@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from os import PathLike
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -132,7 +133,7 @@ class Transducer:
         if not isinstance(payload, dict):
             from transduce import checkpoint
 
-            payload = checkpoint.load(payload)
+            payload = checkpoint.load(Path(payload))
         if device not in ("auto", "cuda"):  # these two: resolve_device's own refusal
             check_device(device)  # its kind, its form, and cuda:N of the GPUs there are
         resolved = resolve_device(device, "--device")
@@ -178,18 +179,20 @@ class Transducer:
         if len(members) == 1:
             return members[0]
         first = members[0]
+        models = []
         for member in members:
             if not isinstance(member.model, Seq2SeqModel):
                 raise ConfigError(
                     f"{member.payload.get('path')}: a {member.model.name} model; an ensemble is "
                     "of sequence-to-sequence models"
                 )
+            models.append(member.model)
         checkpoint.check_compatible(
             [m.payload for m in members],
             checkpoint.DECODING_FIELDS,
             "an ensemble needs models trained on the same prepared data",
         )
-        model = Ensemble([m.model for m in members], mean)  # type: ignore[misc]
+        model = Ensemble(models, mean)
         ensemble = cls(model.eval(), first.payload, first.task, first.precision_warning)
         ensemble.members = [m.payload.get("path") for m in members]
         return ensemble
@@ -402,12 +405,14 @@ class Transducer:
             with torch.inference_mode(), self.autocast():
                 result = self.model(batch)
             latent = None
-            if hasattr(self.model, "alignment_posterior"):  # hard attention (it needs
-                with torch.no_grad(), self.autocast():  # autograd: no inference mode)
+            exact = getattr(self.model, "alignment_posterior", None)  # hard attention
+            if callable(exact):  # (it needs autograd: no inference mode)
+                with torch.no_grad(), self.autocast():
                     try:
-                        latent = self.model.alignment_posterior(batch)
+                        latent = exact(batch)
                     except ValueError:  # with input feeding: intractable, the prior then
                         latent = None
+            assert batch.target_out is not None  # collated with outputs
             log_probs = result.log_probs.float().gather(-1, batch.target_out.unsqueeze(-1))
             weighed = result.attention if latent is None else latent
             attention = weighed.float().mean(dim=1)  # B x T x S

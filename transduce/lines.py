@@ -12,7 +12,7 @@ from __future__ import annotations
 import codecs
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,7 +119,7 @@ def decode_lines(
 
 
 def check_line_lengths(
-    lines: list[str | None], path: str | Path, limit: int | None, first: int = 1
+    lines: Sequence[str | None], path: str | Path, limit: int | None, first: int = 1
 ) -> None:
     """A `DataError` for the first line longer than `limit` characters (None: no limit);
     `first`: the number of `lines[0]`."""

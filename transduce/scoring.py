@@ -118,9 +118,10 @@ def read_column(
     files = {} if files is None else files
     if path not in files:
         data = read_bytes(path)
-        lines = decode_lines(data, display(path), encoding)[0]
+        decoded = decode_lines(data, display(path), encoding)[0]
+        lines = [line for line in decoded if line is not None]  # None: only with keep_bad
         check_line_lengths(lines, path, max_line_length)
-        files[path] = data, lines  # type: ignore[assignment]
+        files[path] = data, lines
     data, lines = files[path]
     if column is None:
         if prepared_side(path, data, 2) is not None:
@@ -521,6 +522,7 @@ def read_tagged(
     lines, _ = decode_lines(read_bytes(path), display(path), encoding)
     sentences = []
     for number, line in enumerate(lines, 1):
+        assert line is not None  # None: only with keep_bad
         fields = line.split("\t")
         if len(fields) < 2:
             raise DataError("expected words<TAB>tags", display(path), number, line)

@@ -15,7 +15,7 @@ from rich.table import Table
 from transduce import defaults
 from transduce.cli import ui
 from transduce.cli.app import app
-from transduce.cli.common import Verbosity, choices
+from transduce.cli.common import Device, Verbosity, choices
 from transduce.errors import TransduceError
 from transduce.outputs import check_outputs
 from transduce.reporting import to_json, write_json
@@ -27,8 +27,7 @@ DELTAS = defaults.MONOTONICITY_DELTAS
 SHADES = " .:-=+*#%@"  # the terminal heatmap, weight 0 .. 1
 PlotFormat = choices("PlotFormat", defaults.PLOT_FORMATS)
 DEFAULT_FORMAT = PlotFormat("png")
-Device = choices("AnalyzeDevice", ("cpu", "cuda", "auto"))
-CPU = Device("cpu")
+CPU = Device.cpu
 
 
 def _lines(text: str | None, count: int) -> list[int]:

@@ -31,7 +31,8 @@ from transduce.version import __version__
 
 def _usage_error(error: Exception) -> typer.Exit:
     """Print a usage error (a bad option value, a missing argument) as one line."""
-    message = error.format_message()  # type: ignore[attr-defined]
+    formatted = getattr(error, "format_message", None)  # click's usage errors have it
+    message = formatted() if callable(formatted) else str(error)
     ctx = getattr(error, "ctx", None)
     command = ctx.command_path if ctx is not None else "transduce"
     ui.error(f"{message.removeprefix('Value error, ')} (see: {command} --help)")
@@ -92,7 +93,8 @@ class _Group(TyperGroup):
             if trouble is None and cause is None:
                 raise  # a bug: keep the traceback
             _settle_stdout()
-            ui.error(str(trouble) if trouble is not None else _os_message(cause))  # type: ignore[arg-type]
+            message = trouble if trouble is not None else cause
+            ui.error(_os_message(message) if isinstance(message, OSError) else str(message))
         raise typer.Exit(EXIT_USER_ERROR)
 
 
@@ -110,7 +112,17 @@ class _Closed(io.TextIOBase):
     def _fail(self, *args: Any) -> Any:
         raise OSError(errno.EBADF, "closed by the caller (<&- or >&-)", self.stream_name)
 
-    read = readline = write = fileno = _fail  # type: ignore[assignment]
+    def read(self, *args: Any) -> Any:
+        return self._fail()
+
+    def readline(self, *args: Any) -> Any:
+        return self._fail()
+
+    def write(self, *args: Any) -> Any:
+        return self._fail()
+
+    def fileno(self) -> int:
+        return self._fail()
 
     @property
     def buffer(self) -> Any:

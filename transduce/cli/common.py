@@ -44,8 +44,18 @@ def echo_names(rows: list[tuple[str, str]]) -> None:
         typer.echo("\n".join(f"{name}\t{text}" for name, text in rows))
 
 
+class Device(str, Enum):
+    """`--device` of train, decode and analyze-monotonicity."""
+
+    cpu = "cpu"
+    cuda = "cuda"
+    auto = "auto"
+
+
 def choices(name: str, values: Iterable[str]) -> type[Enum]:
-    """A str Enum of `values`, so that Typer validates and completes them."""
+    """A str Enum of `values` known only when the program runs (the registries' names),
+    so that Typer validates and completes them."""
+    # mypy types Enum's functional API as returning an instance, not a class
     return Enum(name, {value: value for value in values}, type=str)  # type: ignore[return-value]
 
 

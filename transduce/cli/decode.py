@@ -18,16 +18,15 @@ from transduce import config as configuration
 from transduce import defaults
 from transduce.cli import ui
 from transduce.cli.app import app
-from transduce.cli.common import Verbosity, choices
+from transduce.cli.common import Device, Verbosity, choices
 from transduce.errors import ConfigError
 from transduce.lines import STDIN, display, line_batches
 from transduce.outputs import check_outputs
 from transduce.reporting import versions, write_json
 
 InputFormat = choices("InputFormat", ("raw", "tsv"))
-Device = choices("DecodeDevice", ("cpu", "cuda", "auto"))
 EnsembleMean = choices("EnsembleMean", defaults.ENSEMBLE_MEANS)
-RAW, CPU, PROBABILITY = InputFormat("raw"), Device("cpu"), EnsembleMean("probability")
+RAW, CPU, PROBABILITY = InputFormat("raw"), Device.cpu, EnsembleMean("probability")
 
 
 def is_model(path: str) -> bool:

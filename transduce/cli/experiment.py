@@ -4,17 +4,27 @@ seeds), their tables, and the results without checkpoints (`transduce.experiment
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from transduce.cli import ui
 from transduce.cli.app import app
-from transduce.cli.common import Verbosity, choices
+from transduce.cli.common import Verbosity
 from transduce.errors import EXIT_INTERRUPTED
 
-Executor = choices("Executor", ("local", "ray"))
+if TYPE_CHECKING:
+    from transduce.experiments.spec import Experiment
+
+
+class Executor(str, Enum):
+    """Where `experiment run` runs its cells."""
+
+    local = "local"
+    ray = "ray"
+
 
 experiment_app = typer.Typer(
     name="experiment",
@@ -99,7 +109,7 @@ def run_command(
     executor: Annotated[
         Executor,
         typer.Option(help="local: processes here; ray: Ray tasks (the ray extra)."),
-    ] = Executor.local,  # type: ignore[attr-defined]
+    ] = Executor.local,
     address: Annotated[
         str | None,
         typer.Option(
@@ -164,11 +174,11 @@ def run_command(
         raise typer.Exit(1)
 
 
-def _show(directory: Path, loaded: object) -> None:
+def _show(directory: Path, loaded: Experiment) -> None:
     from transduce.experiments import report
 
     if ui.verbosity() >= ui.NORMAL:
-        ui.stderr.print(report.markdown(report.table(loaded, directory)), markup=False)  # type: ignore[arg-type]
+        ui.stderr.print(report.markdown(report.table(loaded, directory)), markup=False)
 
 
 @experiment_app.command(name="list")

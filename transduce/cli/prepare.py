@@ -42,6 +42,9 @@ def prepare_command(
     format: Annotated[
         FormatName, typer.Argument(help="Input format.", show_default=False, case_sensitive=False)
     ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Directory to create.", show_default=False)
+    ],
     inputs: Annotated[
         list[Path] | None,
         typer.Argument(
@@ -50,9 +53,6 @@ def prepare_command(
             show_default=False,
         ),
     ] = None,
-    out: Annotated[
-        Path, typer.Option("--out", "-o", help="Directory to create.", show_default=False)
-    ] = ...,  # type: ignore[assignment]
     train: Annotated[list[Path] | None, _files("Training file(s), as INPUT.")] = None,
     dev: Annotated[list[Path] | None, _files("Dev file(s), kept as given.")] = None,
     test: Annotated[

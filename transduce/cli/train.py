@@ -13,13 +13,11 @@ from rich.table import Table
 from transduce import config as configuration
 from transduce.cli import ui
 from transduce.cli.app import app
-from transduce.cli.common import Verbosity, choices, complete_recipe, complete_setting
+from transduce.cli.common import Device, Verbosity, complete_recipe, complete_setting
 from transduce.errors import EXIT_INTERRUPTED, ConfigError, interrupted
 from transduce.outputs import check_run_dir
 from transduce.progress import ConsoleReporter
 from transduce.runs import RunDir
-
-Device = choices("Device", ("cpu", "cuda", "auto"))
 
 
 @app.command(name="train")
@@ -98,7 +96,11 @@ def train_command(
         raise ConfigError("give --config RECIPE (or --out RUN_DIR --resume to continue a run)")
     if out is None and os.environ.get("WORLD_SIZE", "1") != "1":
         raise ConfigError("under torchrun, give --out RUN_DIR: every process must write one")
-    run_dir = out or _fresh_run_dir(Path(config).stem)  # type: ignore[arg-type]
+    if out is not None:
+        run_dir = out
+    else:
+        assert config is not None  # refused above
+        run_dir = _fresh_run_dir(Path(config).stem)
     if resume:
         source = config or str(RunDir(run_dir).config)
     else:

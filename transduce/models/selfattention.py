@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -71,9 +71,11 @@ class AttentionOptions:
             ]
         return []
 
-    def attention_kwargs(self, layer: int) -> dict[str, object]:
+    def attention_kwargs(self, layer: int) -> dict[str, Any]:
         """The `SelfAttention` modification arguments of 1-based `layer`."""
-        convolved = self.conv_layers == "all" or layer in self.conv_layers  # type: ignore[operator]
+        convolved = self.conv_layers == "all" or (
+            isinstance(self.conv_layers, list) and layer in self.conv_layers
+        )
         return {
             "positions": DIRECT.get(self.position_mode) if layer == 1 else None,
             "temperature": self.learnable_temperature,
@@ -169,12 +171,14 @@ class PositionInteractions(nn.Module):
     def forward(self, size: int) -> Tensor:
         """The bias for sequences of `size` positions: H x size x size."""
         check_length(size, self.length, "direct position interactions")
-        bias: Tensor | int = 0
+        parts = []
         if self.absolute is not None:
-            bias = self.absolute[:, :size, :size]  # H x S x S
+            parts.append(self.absolute[:, :size, :size])  # H x S x S
         if self.relative is not None:
-            bias = bias + self.relative[:, relative_index(size, self.length)]  # H x S x S
-        return bias  # type: ignore[return-value]
+            parts.append(self.relative[:, relative_index(size, self.length)])  # H x S x S
+        if not parts:
+            raise ValueError("direct position interactions with neither absolute nor relative")
+        return parts[0] if len(parts) == 1 else parts[0] + parts[1]
 
 
 def relative_index(size: int, length: int) -> Tensor:
@@ -281,8 +285,8 @@ class SelfAttention(nn.Module):
         self.positions = (
             PositionInteractions(
                 heads, length, positions in ("absolute", "both"), positions in ("relative", "both")
-            )  # type: ignore[arg-type]
-            if positions is not None
+            )
+            if positions is not None and length is not None
             else None
         )
         # γ_q, γ_k, γ_v (rows) of each head (columns), eq. of §2.4

@@ -277,7 +277,7 @@ class EncoderLayer(nn.Module):
             c.drophead,
             drophead_scale=c.drophead_scale,
             length=c.max_positions,
-            **c.attention_kwargs(layer),  # type: ignore[arg-type]
+            **c.attention_kwargs(layer),
         )
         self.feedforward = FeedForward(c.d_model, c.feedforward, c.activation_dropout)
         self.first, self.second = (
