@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,31 +14,19 @@ from transduce import defaults
 from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.cli.common import Verbosity, choices
-from transduce.data.formats import FORMATS, Parallel
+from transduce.data.formats import FORMATS, FormatFlag, format_flags
 from transduce.data.prepare import SPLITS, PrepareRequest, prepare
 from transduce.errors import ConfigError, plural
 
 FormatName = choices("FormatName", FORMATS)
-UnitName = choices("UnitName", ("char", "symbol", "auto"))
-TagName = choices("TagName", ("upos", "xpos"))
-Subwords = choices("Subwords", Parallel.LIBRARIES)
 
 _SPLITS = "Splits"
-_TSV, _CMU, _CONLLU, _PARALLEL = "tsv format", "cmudict format", "conllu format", "parallel format"
-_HALLUCINATION = "Hallucination (tsv, sigmorphon)"
-
-
-def _format_option(help: str, panel: str, default: str, *names: str) -> Any:
-    # Format options default to None so that only the ones the user gives reach the format
-    # (which rejects options of other formats); their real defaults are the format's.
-    return typer.Option(*names, help=help, rich_help_panel=panel, show_default=default)
 
 
 def _files(help: str) -> Any:
     return typer.Option(help=help, rich_help_panel=_SPLITS, show_default=False)
 
 
-@app.command(name="prepare")
 def prepare_command(
     format: Annotated[
         FormatName, typer.Argument(help="Input format.", show_default=False, case_sensitive=False)
@@ -79,71 +68,12 @@ def prepare_command(
     ] = False,
     force: Annotated[bool, typer.Option(help="Replace OUT if it is a prepared dataset.")] = False,
     encoding: Annotated[str, typer.Option(help="Encoding of the input files.")] = defaults.ENCODING,
-    source_col: Annotated[int | None, _format_option("1-based source column.", _TSV, "1")] = None,
-    target_col: Annotated[int | None, _format_option("1-based target column.", _TSV, "2")] = None,
-    features_col: Annotated[
-        int | None, _format_option("1-based features column.", _TSV, "none")
-    ] = None,
-    source_unit: Annotated[
-        UnitName | None, _format_option("Units of the source.", _TSV, "auto")
-    ] = None,
-    target_unit: Annotated[
-        UnitName | None, _format_option("Units of the target.", _TSV, "auto")
-    ] = None,
-    features_sep: Annotated[
-        str | None, _format_option("Separator inside the features column.", _TSV, ";")
-    ] = None,
-    keep_stress: Annotated[
-        bool | None,
-        _format_option("Keep stress digits (AH0).", _CMU, "strip", "--keep-stress/--strip-stress"),
-    ] = None,
-    lowercase: Annotated[
-        bool | None,
-        _format_option("Lower-case the words.", _CMU, "lowercase", "--lowercase/--keep-case"),
-    ] = None,
-    tag: Annotated[
-        TagName | None, _format_option("The tag column to predict.", _CONLLU, "upos")
-    ] = None,
-    subwords: Annotated[
-        Subwords | None, _format_option(r"BPE library (needs transduce\[bpe]).", _PARALLEL, "none")
-    ] = None,
-    bpe_merges: Annotated[
-        int | None, _format_option("BPE merge operations.", _PARALLEL, str(defaults.BPE_MERGES))
-    ] = None,
-    bpe_joint: Annotated[
-        bool | None,
-        _format_option(
-            "One BPE model for both sides, or one each.",
-            _PARALLEL,
-            "joint",
-            "--bpe-joint/--bpe-separate",
-        ),
-    ] = None,
-    hallucinate: Annotated[
-        int | None,
-        _format_option(
-            "Training pairs to add: real ones with their shared stem replaced by random characters "
-            "(Anastasopoulos & Neubig 2019).",
-            _HALLUCINATION,
-            "0",
-            "--hallucinate",
-        ),
-    ] = None,
-    hallucinate_seed: Annotated[
-        int | None, _format_option("Seed of the hallucination.", _HALLUCINATION, "--seed")
-    ] = None,
     verbosity: Verbosity = None,
+    **options: Any,
 ) -> None:
     """Read raw data and write a prepared dataset directory (train/dev/test.tsv, manifest.json)."""
     if train and inputs:
         raise ConfigError("give the training data as INPUT or as --train, not both")
-    options = {
-        "source_col": source_col, "target_col": target_col, "features_col": features_col,
-        "source_unit": source_unit, "target_unit": target_unit, "features_sep": features_sep,
-        "keep_stress": keep_stress, "lowercase": lowercase, "tag": tag,
-        "subwords": subwords, "bpe_merges": bpe_merges, "bpe_joint": bpe_joint,
-        "hallucinate": hallucinate, "hallucinate_seed": hallucinate_seed,
-    }  # fmt: skip
     given = {"train": train or inputs, "dev": dev, "test": test}
     request = PrepareRequest(
         format=format.value,
@@ -158,6 +88,38 @@ def prepare_command(
         encoding=encoding,
     )
     _summary(out, prepare(request, ui.info))
+
+
+def _parameter(flag: FormatFlag) -> inspect.Parameter:
+    """The command's parameter for an option of the formats (`format_flags`). It defaults
+    to None so that only the options the user gives reach the format (which rejects the
+    options of other formats); the real defaults are the format's, shown in the help."""
+    kind: Any = flag.kind
+    if flag.choices is not None:  # an Enum, so that Typer checks and completes
+        kind = choices(flag.name.title().replace("_", ""), flag.choices)
+    names = [flag.flag] if flag.flag else []
+    option = typer.Option(
+        *names, help=flag.help, rich_help_panel=flag.panel, show_default=flag.shown
+    )
+    return inspect.Parameter(
+        flag.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+        annotation=Annotated[kind | None, option],
+    )  # fmt: skip
+
+
+def _with_format_flags(command: Any) -> Any:
+    """`command` with a parameter for each option of the formats (its `**options`), after
+    --encoding, as Typer reads parameters: from the signature."""
+    signature = inspect.signature(command, eval_str=True)
+    static = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
+    at = [p.name for p in static].index("encoding") + 1
+    static = [p.replace(kind=p.KEYWORD_ONLY) for p in static]  # Typer passes keywords only
+    generated = [_parameter(flag) for flag in format_flags()]
+    command.__signature__ = signature.replace(parameters=[*static[:at], *generated, *static[at:]])
+    return command
+
+
+app.command(name="prepare")(_with_format_flags(prepare_command))
 
 
 def _summary(out: Path, manifest: dict[str, Any]) -> None:

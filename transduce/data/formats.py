@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -152,7 +153,26 @@ def _has_space(text: str) -> bool:
 
 @dataclass
 class Options:
-    """Base of the per-format option dataclasses."""
+    """Base of the per-format option dataclasses. Each field is declared with `option`,
+    which says what `transduce prepare` shows of it: its flag is generated from the field
+    (`format_flags`), so a new option is written here only."""
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    shown: str,
+    flag: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    group: str | None = None,
+) -> Any:
+    """A field of a format's Options: its default, the help of its `prepare` flag, the
+    default as the help shows it, the flag's names where they are not `--name` (a boolean's
+    `--yes/--no`), its choices, and the group of options it belongs to where several
+    formats share it (the help panel: "GROUP (tsv, sigmorphon)")."""
+    metadata = {"help": help, "shown": shown, "flag": flag, "choices": choices, "group": group}
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
@@ -164,8 +184,16 @@ class HallucinationOptions:
     seed).
     """
 
-    hallucinate: int = 0
-    hallucinate_seed: int | None = None
+    hallucinate: int = option(
+        0,
+        "Training pairs to add: real ones with their shared stem replaced by random characters "
+        "(Anastasopoulos & Neubig 2019).",
+        shown="0",
+        group="Hallucination",
+    )
+    hallucinate_seed: int | None = option(
+        None, "Seed of the hallucination.", shown="--seed", group="Hallucination"
+    )
 
 
 HALLUCINATION_OPTIONS = frozenset(f.name for f in dataclasses.fields(HallucinationOptions))
@@ -263,14 +291,19 @@ def _missing_target(file: InputFile, number: int, line: str, expected: str) -> D
 # --------------------------------------------------------------------------------- tsv
 
 
+UNITS = (tokens.CHAR, tokens.SYMBOL, "auto")  # of a tsv side; auto: decided from the file
+
+
 @dataclass
 class TsvOptions(HallucinationOptions, Options):
-    source_col: int = 1
-    target_col: int = 2
-    features_col: int | None = None
-    source_unit: str = "auto"
-    target_unit: str = "auto"
-    features_sep: str = defaults.FEATURES_SEP
+    source_col: int = option(1, "1-based source column.", shown="1")
+    target_col: int = option(2, "1-based target column.", shown="2")
+    features_col: int | None = option(None, "1-based features column.", shown="none")
+    source_unit: str = option("auto", "Units of the source.", shown="auto", choices=UNITS)
+    target_unit: str = option("auto", "Units of the target.", shown="auto", choices=UNITS)
+    features_sep: str = option(
+        defaults.FEATURES_SEP, "Separator inside the features column.", shown=defaults.FEATURES_SEP
+    )
 
 
 class Tsv(LineFormat):
@@ -400,8 +433,12 @@ class Tsv(LineFormat):
 
 @dataclass
 class CmudictOptions(Options):
-    keep_stress: bool = False
-    lowercase: bool = True
+    keep_stress: bool = option(
+        False, "Keep stress digits (AH0).", shown="strip", flag="--keep-stress/--strip-stress"
+    )
+    lowercase: bool = option(
+        True, "Lower-case the words.", shown="lowercase", flag="--lowercase/--keep-case"
+    )
 
 
 _VARIANT = re.compile(r"\(\d+\)$")  # WORD(2): the second pronunciation of WORD
@@ -551,7 +588,7 @@ class Sigmorphon(LineFormat):
 
 @dataclass
 class ConlluOptions(Options):
-    tag: str = "upos"
+    tag: str = option("upos", "The tag column to predict.", shown="upos", choices=("upos", "xpos"))
 
 
 _COLUMNS = ("ID", "FORM", "LEMMA", "UPOS", "XPOS", "FEATS", "HEAD", "DEPREL", "DEPS", "MISC")
@@ -696,9 +733,21 @@ class Conllu(Format):
 
 @dataclass
 class ParallelOptions(Options):
-    subwords: str = "none"
-    bpe_merges: int = defaults.BPE_MERGES
-    bpe_joint: bool = True
+    subwords: str = option(
+        "none",
+        r"BPE library (needs transduce\[bpe]).",
+        shown="none",
+        choices=("none", tokens.SUBWORD_NMT, tokens.SENTENCEPIECE),
+    )
+    bpe_merges: int = option(
+        defaults.BPE_MERGES, "BPE merge operations.", shown=str(defaults.BPE_MERGES)
+    )
+    bpe_joint: bool = option(
+        True,
+        "One BPE model for both sides, or one each.",
+        shown="joint",
+        flag="--bpe-joint/--bpe-separate",
+    )
 
 
 class Parallel(Format):
@@ -716,6 +765,7 @@ class Parallel(Format):
     files_per_split = 2
     Options = ParallelOptions
     LIBRARIES: ClassVar[tuple[str, ...]] = ("none", tokens.SUBWORD_NMT, tokens.SENTENCEPIECE)
+    # (the choices of ParallelOptions.subwords)
 
     def __init__(self, **options: Any) -> None:
         self._models: dict[str, str] = {}  # side -> model file, once BPE is learned
@@ -814,6 +864,41 @@ class Parallel(Format):
 
 
 FORMATS: dict[str, type[Format]] = {f.name: f for f in (Tsv, Cmudict, Sigmorphon, Conllu, Parallel)}
+
+
+@dataclass(frozen=True)
+class FormatFlag:
+    """A `prepare` flag: an option of one or more formats (`option`'s metadata), with the
+    type of its field and the help panel it is shown in."""
+
+    name: str
+    kind: type  # int, str or bool (a field of type X | None: X)
+    help: str
+    shown: str
+    flag: str | None
+    choices: tuple[str, ...] | None
+    panel: str
+
+
+def format_flags() -> list[FormatFlag]:
+    """Every option of the registered formats, once: the options of one format in its
+    panel ("tsv format"), in the registry's order, then the options several formats share
+    in their group's panel ("Hallucination (tsv, sigmorphon)")."""
+    takers: dict[str, list[str]] = {}
+    found: dict[str, tuple[dataclasses.Field[Any], type]] = {}
+    for name, fmt in FORMATS.items():
+        hints = typing.get_type_hints(fmt.Options)
+        for f in dataclasses.fields(fmt.Options):
+            takers.setdefault(f.name, []).append(name)
+            found.setdefault(f.name, (f, hints[f.name]))
+    flags = []
+    for key, (f, hint) in found.items():
+        kinds = [k for k in typing.get_args(hint) if k is not type(None)] or [hint]
+        group, names = f.metadata["group"], takers[key]
+        panel = f"{group} ({', '.join(names)})" if group else f"{names[0]} format"
+        meta = {k: f.metadata[k] for k in ("help", "shown", "flag", "choices")}
+        flags.append(FormatFlag(key, kinds[0], panel=panel, **meta))
+    return sorted(flags, key=lambda flag: flag.panel.endswith(")"))  # stable: shared last
 
 
 def get_format(name: str, **options: Any) -> Format:

@@ -71,6 +71,7 @@ class TaskData:
 
 
 D = TypeVar("D", bound=TaskData)
+M = TypeVar("M", bound=Model)  # the kind of model the task trains and runs
 
 
 @dataclass
@@ -102,7 +103,7 @@ def encode_pairs(
     ]
 
 
-class Task(ABC, Generic[D]):
+class Task(ABC, Generic[D, M]):
     """One kind of work: sequence-to-sequence transduction, tagging, ...
 
     Args:
@@ -207,7 +208,7 @@ class Task(ABC, Generic[D]):
     # ---------------------------------------------------------------- model
 
     @abstractmethod
-    def build_model(self, vocabs: dict[str, list[str]]) -> Model:
+    def build_model(self, vocabs: dict[str, list[str]]) -> M:
         """The configured model for these vocabularies (symbol lists by name)."""
 
     def construct(self, vocabs: dict[str, list[str]], **sizes: int) -> Model:
@@ -221,14 +222,14 @@ class Task(ABC, Generic[D]):
         except ValueError as error:
             raise ConfigError(f"model: {error}") from None
 
-    def check_model(self, model: Model, data: D) -> None:
+    def check_model(self, model: M, data: D) -> None:
         """Raise a `ConfigError` if the data holds what the model cannot take."""
 
     def warnings(self) -> list[str]:
         """Settings that work but that the papers advise against."""
         return []
 
-    def initialize(self, model: Model, data: D) -> str | None:
+    def initialize(self, model: M, data: D) -> str | None:
         """Initialize a new (not resumed) model from outside data; a message if it did."""
         return None
 
@@ -244,7 +245,7 @@ class Task(ABC, Generic[D]):
 
     @abstractmethod
     def training_loss(
-        self, model: Model, data: D, indices: list[int], update: int, share: float = 1.0
+        self, model: M, data: D, indices: list[int], update: int, share: float = 1.0
     ) -> torch.Tensor:
         """The loss to minimize on the training examples `indices` at update `update`.
 
@@ -254,11 +255,11 @@ class Task(ABC, Generic[D]):
         their gradients to its gradient."""
 
     @abstractmethod
-    def dev_loss(self, model: Model, data: D) -> tuple[float, dict[str, Any]]:
+    def dev_loss(self, model: M, data: D) -> tuple[float, dict[str, Any]]:
         """Teacher-forced loss per dev token, and the task's dev statistics for the
         history (e.g. monotonicity)."""
 
-    def test_statistics(self, model: Model, data: D) -> dict[str, Any] | None:
+    def test_statistics(self, model: M, data: D) -> dict[str, Any] | None:
         """The task's statistics of the test split, as `dev_loss` gives them for the dev
         split (None: the task has none, or the test split has no targets)."""
         return None
@@ -271,7 +272,7 @@ class Task(ABC, Generic[D]):
         )
 
     def best_outputs(
-        self, model: Model, vocabs: dict[str, Vocab], sources: Sequence[Sequence[str]]
+        self, model: M, vocabs: dict[str, Vocab], sources: Sequence[Sequence[str]]
     ) -> list[list[str]]:
         """The best output symbols of each source, as `evaluate` scores them."""
         predicted = self.predict(model, vocabs, sources, self.evaluation_options())
@@ -279,7 +280,7 @@ class Task(ABC, Generic[D]):
 
     @abstractmethod
     def evaluate(
-        self, model: Model, data: D, evalset: EvalSet
+        self, model: M, data: D, evalset: EvalSet
     ) -> tuple[dict[str, float], list[list[str]]]:
         """Predict the sources of `evalset` and score them: (scores, output symbols)."""
 
@@ -304,7 +305,7 @@ class Task(ABC, Generic[D]):
     def check_decode(self, options: configuration.DecodeConfig) -> None:
         """Raise a `ConfigError` for decoding options the task cannot honour."""
 
-    def input_limit(self, model: Model) -> int | None:
+    def input_limit(self, model: M) -> int | None:
         """The most input symbols `predict` takes (None: any number): the model's length,
         less the source end symbol where the data has one (`data.source_eos`)."""
         if model.max_length is None:
@@ -314,7 +315,7 @@ class Task(ABC, Generic[D]):
     @abstractmethod
     def predict(
         self,
-        model: Model,
+        model: M,
         vocabs: dict[str, Vocab],
         sources: Sequence[Sequence[str]],
         options: configuration.DecodeConfig,

@@ -25,7 +25,7 @@ from transduce.errors import ConfigError
 from transduce.metrics import METRICS, get_metric
 from transduce.metrics.corpus import Corpus
 from transduce.metrics.tagging import TaggingAccuracy
-from transduce.models import Model, Seq2SeqModel, expect
+from transduce.models import Seq2SeqModel, expect
 from transduce.monotonicity import MonotonicityStats, monotonicity_loss, select_mechanisms
 from transduce.schedules import MonotonicityWeight
 from transduce.tasks.base import Candidate, Task, TaskData, encode_pairs
@@ -33,7 +33,7 @@ from transduce.tasks.base import Candidate, Task, TaskData, encode_pairs
 EVAL_METRICS = ("acc", "wer", "per", "lev")
 
 
-class Seq2SeqTask(Task[TaskData]):
+class Seq2SeqTask(Task[TaskData, Seq2SeqModel]):
     """Transduce a source sequence into a target sequence (`Seq2SeqModel`s)."""
 
     name = "seq2seq"
@@ -85,12 +85,11 @@ class Seq2SeqTask(Task[TaskData]):
 
     # ---------------------------------------------------------------- model
 
-    def build_model(self, vocabs: dict[str, list[str]]) -> Model:
-        model = self.construct(vocabs)
-        seq2seq = expect(model, Seq2SeqModel)
+    def build_model(self, vocabs: dict[str, list[str]]) -> Seq2SeqModel:
+        seq2seq = expect(self.construct(vocabs), Seq2SeqModel)  # the registry pairs them
         self.mechanisms(seq2seq)  # layers and heads it has, or say so
         seq2seq.read_vocabularies(vocabs["source"], vocabs["target"])
-        return model
+        return seq2seq
 
     def mechanisms(self, model: Seq2SeqModel) -> list[int]:
         """The attention mechanisms (indices into K) of the monotonicity loss and of the
@@ -98,7 +97,7 @@ class Seq2SeqTask(Task[TaskData]):
         m = self.config.loss.monotonicity
         return select_mechanisms(model.attention_names, m.layers, m.heads)
 
-    def check_model(self, model: Model, data: TaskData) -> None:
+    def check_model(self, model: Seq2SeqModel, data: TaskData) -> None:
         """A sequence the model cannot take: say so before training."""
         limit = model.max_length
         if limit is None:
@@ -145,14 +144,19 @@ class Seq2SeqTask(Task[TaskData]):
         return sum(len(data.train[i][1]) + 1 for i in indices)  # EOS included
 
     def training_loss(
-        self, model: Model, data: TaskData, indices: list[int], update: int, share: float = 1.0
+        self,
+        model: Seq2SeqModel,
+        data: TaskData,
+        indices: list[int],
+        update: int,
+        share: float = 1.0,
     ) -> torch.Tensor:
         batch = collate(
             [data.train[i][0] for i in indices], [data.train[i][1] for i in indices]
         ).to(self.device)
         m = self.config.loss.monotonicity
         weight = self.weight.at(update)
-        s2s = expect(model, Seq2SeqModel)
+        s2s = model
         with self.autocast():
             output = s2s(batch)
             losses = model.loss(batch, output, self.config.loss.label_smoothing)
@@ -164,6 +168,7 @@ class Seq2SeqTask(Task[TaskData]):
                     and output.attention_after_dropout is not None
                 ):
                     attention = output.attention_after_dropout
+                assert batch.target_mask is not None  # collated with targets
                 mono = monotonicity_loss(
                     attention.float(),
                     batch.source,
@@ -180,12 +185,12 @@ class Seq2SeqTask(Task[TaskData]):
                 losses["loss"] = losses["loss"] + weight * mono
         return losses["loss"]
 
-    def dev_loss(self, model: Model, data: TaskData) -> tuple[float, dict[str, Any]]:
+    def dev_loss(self, model: Seq2SeqModel, data: TaskData) -> tuple[float, dict[str, Any]]:
         """Teacher-forced negative log-likelihood per target token, and the monotonicity
         (L_mono and %mono at the configured margin) of the selected attention mechanisms."""
         return self.forced(model, data.dev)
 
-    def test_statistics(self, model: Model, data: TaskData) -> dict[str, Any] | None:
+    def test_statistics(self, model: Seq2SeqModel, data: TaskData) -> dict[str, Any] | None:
         """The monotonicity of the selected attention on every test line (each reference
         read teacher-forced, as on the dev split and as Rios et al. 2021 measure it; with
         learned positions, the lines longer than the model can read are left out)."""
@@ -202,10 +207,10 @@ class Seq2SeqTask(Task[TaskData]):
         return statistics if statistics.get("mechanisms") else None
 
     def forced(
-        self, model: Model, pairs: list[tuple[list[int], list[int]]]
+        self, model: Seq2SeqModel, pairs: list[tuple[list[int], list[int]]]
     ) -> tuple[float, dict[str, Any]]:
         """`dev_loss` of these (source ids, target ids) pairs."""
-        s2s = expect(model, Seq2SeqModel)
+        s2s = model
         mechanisms = self.mechanisms(s2s)
         model.eval()
         total, count = 0.0, 0
@@ -218,6 +223,7 @@ class Seq2SeqTask(Task[TaskData]):
                 batch = collate([pairs[i][0] for i in chunk], [pairs[i][1] for i in chunk]).to(
                     self.device
                 )
+                assert batch.target_mask is not None  # collated with targets
                 tokens_ = int(batch.target_mask.sum())
                 output = s2s(batch)
                 total += float(model.loss(batch, output)["nll"]) * tokens_
@@ -232,7 +238,7 @@ class Seq2SeqTask(Task[TaskData]):
         return total / max(count, 1), stats.summary()
 
     def evaluate(
-        self, model: Model, data: TaskData, evalset: EvalSet
+        self, model: Seq2SeqModel, data: TaskData, evalset: EvalSet
     ) -> tuple[dict[str, float], list[list[str]]]:
         """Decode the distinct sources and score them: (scores, output symbols)."""
         outputs = self.best_outputs(model, data.vocabs, evalset.sources)
@@ -245,14 +251,14 @@ class Seq2SeqTask(Task[TaskData]):
 
     def predict(
         self,
-        model: Model,
+        model: Seq2SeqModel,
         vocabs: dict[str, Vocab],
         sources: Sequence[Sequence[str]],
         options: configuration.DecodeConfig,
     ) -> list[list[Candidate]]:
         ids = [vocabs["source"].encode(s) for s in sources]
         with self.autocast():
-            decoded = decode_all(expect(model, Seq2SeqModel), ids, options, self.device)
+            decoded = decode_all(model, ids, options, self.device)
         target = vocabs["target"]
         return [
             [Candidate(target.decode(h.tokens), h.normalized) for h in hyps] for hyps in decoded

@@ -25,7 +25,7 @@ from transduce.errors import ConfigError, DataError
 from transduce.metrics import METRICS
 from transduce.metrics.corpus import Corpus
 from transduce.metrics.tagging import SUBSETS, Lexicon, TaggingAccuracy
-from transduce.models import Model, Tagger, expect
+from transduce.models import Tagger, expect
 from transduce.models.base import TaggerConfig
 from transduce.special import PAD_ID
 from transduce.tasks.base import Candidate, Task, TaskData, encode_pairs
@@ -45,7 +45,7 @@ def encode_chars(sentence: Sequence[str], chars: Vocab, longest: int) -> list[li
 
 def tag_batch(
     words: Sequence[Sequence[int]],
-    chars: Sequence[Sequence[Sequence[int]]],
+    chars: Sequence[Sequence[list[int]]],
     tags: Sequence[Sequence[int]] | None = None,
 ) -> Batch:
     """A tagging batch: words B x S, their characters B x S x C, tags B x S (target_out)."""
@@ -86,7 +86,7 @@ def split_pairs(pairs: Sequence[Pair], limit: int | None) -> list[Pair]:
 def tag_sentences(
     model: Tagger,
     words: Sequence[Sequence[int]],
-    chars: Sequence[Sequence[Sequence[int]]],
+    chars: Sequence[Sequence[list[int]]],
     device: torch.device,
     batch_size: int,
 ) -> list[list[int]]:
@@ -159,7 +159,7 @@ def references(pairs: Sequence[Pair]) -> EvalSet:
     return EvalSet([p.source for p in pairs], [[t] for t in tags])
 
 
-class TaggingTask(Task[TaggingData]):
+class TaggingTask(Task[TaggingData, Tagger]):
     """Label every source word (`Tagger`s); selection on dev tagging accuracy."""
 
     name = "tagging"
@@ -234,15 +234,16 @@ class TaggingTask(Task[TaggingData]):
 
     # ---------------------------------------------------------------- model
 
-    def build_model(self, vocabs: dict[str, list[str]]) -> Model:
-        return self.construct(vocabs, chars=len(vocabs["chars"]))
+    def build_model(self, vocabs: dict[str, list[str]]) -> Tagger:
+        model = self.construct(vocabs, chars=len(vocabs["chars"]))
+        return expect(model, Tagger)  # the registry pairs them
 
-    def initialize(self, model: Model, data: TaggingData) -> str | None:
+    def initialize(self, model: Tagger, data: TaggingData) -> str | None:
         """Word vectors from `model.word_vectors`, if given."""
         vectors = self.tagger_config.word_vectors
         if not vectors:
             return None
-        found = expect(model, Tagger).load_word_vectors(vectors, data.source_vocab.symbols)
+        found = model.load_word_vectors(vectors, data.source_vocab.symbols)
         return f"word vectors: {found:,} of {len(data.source_vocab) - 5:,} words from {vectors}"
 
     # -------------------------------------------------------------- training
@@ -254,7 +255,7 @@ class TaggingTask(Task[TaggingData]):
         return sum(len(data.train[i][0]) for i in indices)  # one tag per word
 
     def training_loss(
-        self, model: Model, data: TaggingData, indices: list[int], update: int, share: float = 1.0
+        self, model: Tagger, data: TaggingData, indices: list[int], update: int, share: float = 1.0
     ) -> torch.Tensor:
         batch = tag_batch(
             [data.train[i][0] for i in indices],
@@ -265,7 +266,7 @@ class TaggingTask(Task[TaggingData]):
             losses = model.loss(batch, model(batch), self.config.loss.label_smoothing)
         return losses["loss"] * share  # a mean over the words
 
-    def dev_loss(self, model: Model, data: TaggingData) -> tuple[float, dict[str, Any]]:
+    def dev_loss(self, model: Tagger, data: TaggingData) -> tuple[float, dict[str, Any]]:
         """Cross-entropy per dev token (no monotonicity: a tagger has no cross-attention)."""
         model.eval()
         total, count = 0.0, 0
@@ -285,7 +286,7 @@ class TaggingTask(Task[TaggingData]):
         return total / max(count, 1), {}
 
     def evaluate(
-        self, model: Model, data: TaggingData, evalset: EvalSet
+        self, model: Tagger, data: TaggingData, evalset: EvalSet
     ) -> tuple[dict[str, float], list[list[str]]]:
         outputs = self.best_outputs(model, data.vocabs, evalset.sources)
         refs = [alts[0] for alts in evalset.references]
@@ -300,12 +301,12 @@ class TaggingTask(Task[TaggingData]):
                 "do not apply"
             )
 
-    def input_limit(self, model: Model) -> int | None:
+    def input_limit(self, model: Tagger) -> int | None:
         return None  # a longer sentence is tagged in pieces
 
     def predict(
         self,
-        model: Model,
+        model: Tagger,
         vocabs: dict[str, Vocab],
         sources: Sequence[Sequence[str]],
         options: configuration.DecodeConfig,
@@ -314,7 +315,5 @@ class TaggingTask(Task[TaggingData]):
         chars = [encode_chars(s, vocabs["chars"], longest) for s in sources]
         words = [vocabs["source"].encode(s) for s in sources]
         with self.autocast():
-            ids = tag_sentences(
-                expect(model, Tagger), words, chars, self.device, options.batch_size
-            )
+            ids = tag_sentences(model, words, chars, self.device, options.batch_size)
         return [[Candidate(vocabs["target"].decode(i))] for i in ids]
