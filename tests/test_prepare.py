@@ -242,3 +242,36 @@ def test_embedded_cmudict_trains_when_only_a_test_file_is_given(tmp_path: Path, 
     )
     assert manifest["split"]["carved"] == ["dev"] and manifest["lines"]["test"] == 3
     assert manifest["inputs"][0]["name"].startswith("cmudict-")
+
+
+def test_every_format_option_is_a_prepare_flag_declared_once(monkeypatch):
+    """`prepare`'s format flags come from the formats' Options fields: each option of each
+    registered format is a parameter of the command, in its format's panel, with the
+    choices declared on the field; a field added to a format becomes a flag with no other
+    code (the command is built again here with one more option)."""
+    import dataclasses
+    import inspect
+    import typing
+
+    from transduce.cli import prepare as command
+    from transduce.data import formats
+
+    parameters = inspect.signature(command.prepare_command).parameters
+    for fmt in formats.FORMATS.values():
+        for f in dataclasses.fields(fmt.Options):
+            assert f.name in parameters, (fmt.name, f.name)
+            assert f.metadata["help"], f.name
+    flags = {flag.name: flag for flag in formats.format_flags()}
+    assert flags["tag"].choices == ("upos", "xpos") and flags["tag"].panel == "conllu format"
+    assert flags["hallucinate"].panel == "Hallucination (tsv, sigmorphon)"
+
+    @dataclasses.dataclass
+    class Wider(formats.TsvOptions):
+        delimiter: str = formats.option("\t", "Column delimiter.", shown="tab")
+
+    monkeypatch.setattr(formats.Tsv, "Options", Wider)
+    added = {flag.name: flag for flag in formats.format_flags()}["delimiter"]
+    assert (added.kind, added.panel, added.shown) == (str, "tsv format", "tab")
+    parameter = command._parameter(added)
+    assert (parameter.name, parameter.default) == ("delimiter", None)
+    assert typing.get_args(parameter.annotation)[0] == str | None
