@@ -236,9 +236,13 @@ def test_refusals_are_one_line_and_keep_what_was_there(models, run, tmp_path):
 def test_subword_models_are_refused():
     """A BPE segmenter is not TorchScript: refused before anything is traced."""
 
+    from transduce.data.sides import Sides
+
     subwords = SimpleNamespace(
         members=[None],
-        sides={"source": {"unit": "subword", "library": "subword-nmt"}, "target": {"unit": "word"}},
+        sides=Sides.from_manifest(
+            {"source": {"unit": "subword", "library": "subword-nmt"}, "target": {"unit": "word"}}
+        ),
     )
     with pytest.raises(exporting.ExportError, match="subword"):
         exporting.build(subwords)

@@ -198,9 +198,7 @@ def test_tsv_columns_units_and_features():
     assert examples[0].source == tuple("walk")  # auto: char
     assert examples[0].target == tuple("walked")  # auto: symbol (space-separated)
     assert examples[1].features == ("V", "PST")
-    assert (
-        reader.sides()["source"]["unit"] == "char" and reader.sides()["target"]["unit"] == "symbol"
-    )
+    assert reader.sides().source.unit == "char" and reader.sides().target.unit == "symbol"
 
 
 def test_tsv_explicit_units_and_trailing_spaces():
@@ -277,3 +275,41 @@ def test_tsv_characters_with_spaces_are_escaped_not_reserved():
     examples, _, _ = read("tsv", text("aa gemacht\tx y\n"), source_unit="char", target_unit="char")
     assert examples[0].source == ("a", "a", "<space>", *"gemacht")
     assert examples[0].target == ("x", "<space>", "y")
+
+
+def test_sides_read_raw_input_and_write_text_as_their_manifest_says():
+    """`Sides` (data/sides.py): each format's sides go through the manifest unchanged, and
+    a raw input line becomes the symbols the format's reader gives its training source."""
+    import json
+
+    from transduce.data.formats import FORMATS
+    from transduce.data.sides import Side, Sides
+    from transduce.errors import DataError
+    from transduce.special import SEP
+
+    for name, cls in FORMATS.items():
+        sides = cls().sides()
+        manifest = json.loads(json.dumps(sides.to_manifest()))
+        assert Sides.from_manifest(manifest) == sides, name
+    inflection = FORMATS["sigmorphon"]().sides()
+    assert inflection.tabbed_input and inflection.source.tagged
+    assert inflection.read_input("walk\tV;PST", 1, "in") == (
+        "[V]",
+        "[PST]",
+        SEP,
+        "w",
+        "a",
+        "l",
+        "k",
+    )
+    with pytest.raises(DataError, match="expected lemma<TAB>tags"):
+        inflection.read_input("walk", 3, "in")
+    tsv = FORMATS["tsv"](features_col=3, source_unit="char", target_unit="symbol").sides()
+    assert tsv.tabbed_input and tsv.features is not None
+    assert tsv.read_input("ab\tX; Y", 1, "in") == ("[X]", "[Y]", SEP, "a", "b")
+    assert tsv.target.detokenize(["K", "AE", "T"]) == "K AE T" and tsv.target.score_unit == "symbol"
+    cmu = FORMATS["cmudict"]().sides()
+    assert not cmu.tabbed_input and cmu.read_input(" CaT ", 1, "in") == ("c", "a", "t")
+    assert Side.of("char").detokenize(["a", "<space>", "b"]) == "a b"
+    conllu = FORMATS["conllu"]().sides()
+    assert conllu.target.tag_column == "upos" and conllu.source.tag_column is None

@@ -580,14 +580,14 @@ def parse(data: dict[str, Any], source: str = "config") -> Config:
         errors.append(f"{key}: unknown section (valid: data, model, loss, train, decode)")
     sections = {name: build(cls, data.get(name), name, errors) for name, cls in SECTIONS.items()}
     raw_model = data.get("model")
-    if raw_model is not None and not isinstance(raw_model, dict):
+    misshapen = raw_model is not None and not isinstance(raw_model, dict)
+    if misshapen:
         errors.append(f"model: expected a mapping with a name, got {raw_model!r}")
-        raw_model = None
-    model_data = dict(raw_model or {})
+    model_data = dict(raw_model) if isinstance(raw_model, dict) else {}
     name = model_data.pop("name", None)
     model = None
     if name is None:
-        if raw_model is not None or "model" not in data:
+        if not misshapen:  # (`model:` left empty too)
             errors.append(f"model.name: required (valid: {', '.join(MODELS)})")
     elif not isinstance(name, str) or name not in MODELS:
         errors.append(f"model.name: unknown model {name!r} (valid: {', '.join(MODELS)})")

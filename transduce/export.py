@@ -51,6 +51,7 @@ from torch import Tensor, nn
 from transduce.config import DecodeConfig
 from transduce.data import tokens
 from transduce.data.batching import Batch
+from transduce.data.sides import FEATURES_SEPARATOR
 from transduce.errors import ConfigError
 from transduce.models import Seq2SeqModel, Tagger
 from transduce.special import BOS_ID, EOS_ID, PAD_ID, SEP, SPACE, SPECIALS, UNK_ID, unescape
@@ -531,11 +532,12 @@ def _target_pieces(symbols: list[str], unit: str) -> list[str]:
 def _refuse_unless_exportable(transducer: Any) -> None:
     sides = transducer.sides
     for side in ("source", "target"):
-        unit = sides[side].get("unit")
+        unit = sides.get(side).unit
         if unit == tokens.SUBWORD:
             raise ExportError(
-                f"a model of {side} subwords ({sides[side].get('library')}): its segmenter is "
-                "not TorchScript, so it cannot be exported; decode it with `transduce decode`"
+                f"a model of {side} subwords ({sides.get(side).spec.get('library')}): its "
+                "segmenter is not TorchScript, so it cannot be exported; decode it with "
+                "`transduce decode`"
             )
         if unit not in (tokens.CHAR, tokens.SYMBOL, tokens.WORD):
             raise ExportError(f"the {side} side's unit {unit!r} cannot be exported")
@@ -543,17 +545,19 @@ def _refuse_unless_exportable(transducer: Any) -> None:
 
 def _text_spec(transducer: Any) -> dict[str, Any]:
     sides = transducer.sides
-    source = sides["source"]
-    lower, cased = _lower() if source.get("lowercase") else ({}, {})
+    source = sides.source
+    lower, cased = _lower() if source.lowercase else ({}, {})
     return {
-        "source_unit": source.get("unit"),
-        "target_unit": sides["target"].get("unit"),
-        "lowercase": bool(source.get("lowercase")),
-        "tags": "tags" in source,
-        "features": "features" in sides,
-        "feature_separator": sides.get("features", {}).get("separator", ";"),
+        "source_unit": source.unit,
+        "target_unit": sides.target.unit,
+        "lowercase": source.lowercase,
+        "tags": source.tagged,
+        "features": sides.features is not None,
+        "feature_separator": (
+            sides.features.separator if sides.features is not None else FEATURES_SEPARATOR
+        ),
         # a raw line may hold a tab only where the model's input has one
-        "tabs": "tags" in source or "features" in sides,
+        "tabs": sides.tabbed_input,
         "source_eos": transducer.source_vocab.end,
         "space": _whitespace(),
         "lower": lower,
@@ -726,7 +730,7 @@ def export(
         "trained_precision": payload.get("precision") or config.train.precision,
         "precision": "fp32",
         "search": "greedy",
-        "sides": transducer.sides,
+        "sides": transducer.sides.to_manifest(),
     }
     target = Path(out)
     with tempfile.NamedTemporaryFile(

@@ -21,8 +21,8 @@ import torch
 from transduce import config as configuration
 from transduce.config import DecodeConfig
 from transduce.data import tokens
-from transduce.data.dataset import model_source, parse_split_line
-from transduce.data.formats import inflection_source, split_tags
+from transduce.data.dataset import parse_split_line
+from transduce.data.sides import Sides
 from transduce.data.vocab import Vocab
 from transduce.errors import CheckpointError, ConfigError, DataError, out_of_memory
 from transduce.models import Model
@@ -114,7 +114,7 @@ class Transducer:
         self.source_vocab = self.vocabs["source"]
         self.source_vocab.end = task.config.data.source_eos  # as in training
         self.target_vocab = self.vocabs["target"]
-        self.sides = payload["sides"]
+        self.sides = Sides.from_manifest(payload["sides"])
         self._segmenter = self._subword_segmenter()
         self.unknown = 0  # input symbols not in the vocabulary, so far
         self._raw_sample: list[tuple[int, str]] = []  # the first lines of raw input
@@ -228,35 +228,13 @@ class Transducer:
         """The model input symbols of one (non-empty) input line."""
         if input_format == "tsv":
             return parse_split_line(line if "\t" in line else line + "\t", path, number).source
-        source = self.sides["source"]
-        features = None
-        if "tags" in source:  # inflection: lemma<TAB>tags
-            lemma, sep, bundle = line.partition("\t")
-            if not sep or not bundle.strip():
-                raise DataError("expected lemma<TAB>tags, e.g. walk<TAB>V;PST", path, number, line)
-            return tuple(inflection_source(lemma.strip(), split_tags(bundle.strip())))
-        if "features" in self.sides:
-            line, _, raw = line.partition("\t")
-            separator = self.sides["features"].get("separator", ";")
-            features = [f.strip() for f in raw.split(separator) if f.strip()]
-        text = line.strip()
-        if source.get("lowercase"):
-            text = text.lower()
-        unit = source.get("unit")
-        if unit == tokens.CHAR:
-            symbols = tokens.chars(text)
-        elif unit == tokens.SUBWORD:
-            symbols = self._segmenter(text.split())
-        else:
-            symbols = text.split()
-        return model_source(symbols, features)
+        return self.sides.read_input(line, number, path, self._segmenter)
 
     def _check_raw(self, lines: Sequence[str], path: str, first: int = 1) -> None:
         """Stop with a hint where raw input is a prepared split's text: lines with a tab
         for a model whose input has none, or characters separated by spaces for a model of
         characters that never saw a space (`cut -f1 test.tsv | transduce decode RUN`)."""
-        source = self.sides["source"]
-        if "tags" in source or "features" in self.sides:
+        if self.sides.tabbed_input:
             return  # lemma<TAB>tags, text<TAB>features: tabs belong to the input
         filled = [(n, line) for n, line in enumerate(lines, first) if line.strip()]
         if not filled:
@@ -266,7 +244,7 @@ class Transducer:
         if tabbed:
             number, line = tabbed[0]
             raise DataError(f"a tab in a line of raw text ({hint})", path, number, line)
-        if source.get("unit") != tokens.CHAR or SPACE in self.source_vocab.index:
+        if self.sides.source.unit != tokens.CHAR or SPACE in self.source_vocab.index:
             return
         # decided once, on the first non-empty lines (3 to RAW_SAMPLE of them, gathered
         # over calls when the input comes in pieces): neither the batch size nor one odd
@@ -345,10 +323,10 @@ class Transducer:
             where.append(number - first_line)
         predictions = [Prediction() for _ in lines]
         outputs = self.task.predict(self.model, self.vocabs, sources, options)
-        side = self.sides["target"]
+        side = self.sides.target
         for index, candidates, source in zip(where, outputs, sources):
             predictions[index] = Prediction(
-                [tokens.detokenize(c.symbols, side) for c in candidates],
+                [side.detokenize(c.symbols) for c in candidates],
                 [c.score for c in candidates if c.score is not None],
                 [list(c.symbols) for c in candidates],
                 list(source),

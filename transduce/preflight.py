@@ -6,6 +6,8 @@ same order; `experiment run` checks each cell setting's device, precision and lo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from transduce import config as configuration
@@ -15,10 +17,13 @@ from transduce.tasks import Task, check_task
 
 
 def preflight(
-    config: configuration.Config, resume: bool = False
+    config: configuration.Config,
+    resume: bool = False,
+    place: Callable[[torch.device], torch.device] | None = None,
 ) -> tuple[type[Task], torch.device, str]:
     """Check a recipe against its task and this machine: the task's problems first
-    (`check_task`), then the device (`train.device`), the precision the device runs
+    (`check_task`), then the device (`train.device`, placed by `place`: a training
+    process's own GPU, `World.device`), the precision that device runs
     (`train.precision`), the logs (`train.log`) and, for a run that starts (not
     `resume`), the checkpoint it is to start from (`train.init_from`). The task class,
     the device and the precision that runs.
@@ -29,6 +34,8 @@ def preflight(
     """
     kind = check_task(config)
     where = resolve_device(config.train.device)
+    if place is not None:
+        where = place(where)
     precision = choose(config.train.precision, where)
     check_start(config, resume)
     return kind, where, precision

@@ -23,6 +23,7 @@ from typing import Any
 from transduce import defaults
 from transduce.data import tokens
 from transduce.data.prepared import prepared_side
+from transduce.data.sides import Side
 from transduce.errors import ConfigError, DataError, plural
 from transduce.lines import STDIN, check_line_lengths, decode_lines, display, read_bytes
 from transduce.metrics import METRICS
@@ -72,7 +73,7 @@ class Column:
 
     path: str
     lines: list[str]
-    side: dict[str, Any] | None = None  # the side spec when it is a prepared split
+    side: Side | None = None  # its side when it is a column of a prepared split
 
 
 @dataclass
@@ -141,7 +142,7 @@ def read_column(
     if side is not None and not any(v.strip() for v in values):
         raise DataError(f"column {column} of this prepared split is empty (no answers)", path)
     if side is not None:
-        values = [tokens.detokenize(v.split(), side) if v.strip() else "" for v in values]
+        values = [side.detokenize(v.split()) if v.strip() else "" for v in values]
     return Column(path, values, side)
 
 
@@ -250,7 +251,8 @@ def load_corpus(request: ScoreRequest) -> Loaded:
         keys = read_column(
             request.refs[0], request.source_col, "--source-col", request.encoding, files
         ).lines
-        tagging = "tag" in (refs[0].side or {})  # a tagger's test: each sentence counts
+        side = refs[0].side  # a tagger's test: each sentence counts
+        tagging = side is not None and side.tag_column is not None
         merged = request.merge_variants is True or (
             request.merge_variants is None and not tagging and len(set(keys)) < len(keys)
         )
@@ -270,7 +272,7 @@ def load_corpus(request: ScoreRequest) -> Loaded:
     unit = request.unit
     sides = [ref.side for ref in refs if ref.side is not None]
     if unit == "auto" and sides:
-        unit = tokens.CHAR if all(s.get("unit") == tokens.CHAR for s in sides) else tokens.SYMBOL
+        unit = tokens.CHAR if all(s.unit == tokens.CHAR for s in sides) else tokens.SYMBOL
     corpus = Corpus(hyp_lines, alternatives, unit, parallel=True, sources=sources)
     return Loaded(corpus, numbers, len(hyps.lines), warnings, notes, merged)
 

@@ -185,8 +185,8 @@ class Trainer:
         # only rank 0 shows progress (and writes: see `transduce.distributed`)
         self.reporter = (reporter or Reporter()) if self.world.main else Reporter()
         if task is None:  # refused before anything is written
-            kind, where, precision = preflight(config, resume)
-            task = kind(config, self.world.device(where), precision)
+            kind, where, precision = preflight(config, resume, self.world.device)
+            task = kind(config, where, precision)
         else:
             check_start(config, resume)
         self.task = task
@@ -204,8 +204,9 @@ class Trainer:
 
     @property
     def initialized(self) -> dict[str, Any] | None:
-        """What train.init_from loaded (fine-tuning), after `setup`."""
-        return self.state.initialized
+        """What train.init_from loaded (fine-tuning), once `setup` ran (None before)."""
+        state = getattr(self, "state", None)
+        return None if state is None else state.initialized
 
     def batches(self, data: TaskData, epoch: int) -> list[list[int]]:
         """The batches of epoch `epoch` (0-based): the same order when a run is resumed."""

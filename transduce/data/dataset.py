@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from transduce.data.formats import tag_symbol
 from transduce.data.prepare import MANIFEST, SPLITS
+from transduce.data.sides import Sides, model_source
 from transduce.data.vocab import Vocab
 from transduce.errors import ConfigError, DataError
 from transduce.io import sha256_bytes
 from transduce.lines import decode_lines, read_bytes
-from transduce.special import SEP
 
 
 @dataclass(frozen=True)
@@ -37,15 +36,8 @@ class Prepared:
     splits: dict[str, list[Pair]] = field(default_factory=dict)
 
     @property
-    def sides(self) -> dict[str, Any]:
-        return self.manifest["sides"]
-
-
-def model_source(source: Sequence[str], features: Sequence[str] | None) -> tuple[str, ...]:
-    """Features (bracketed) and `<sep>` before the source symbols, if there are features."""
-    if not features:
-        return tuple(source)
-    return (*(tag_symbol(f) for f in features), SEP, *source)
+    def sides(self) -> Sides:
+        return Sides.from_manifest(self.manifest["sides"])
 
 
 def parse_split_line(line: str, path: str, number: int) -> Pair:

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from transduce import defaults
 from transduce.data import tokens
+from transduce.data.sides import Side, Sides, inflection_source, split_tags
 from transduce.errors import ConfigError, DataError, plural
 from transduce.lines import decode_lines, read_bytes
 from transduce.registry import lookup
@@ -254,8 +255,8 @@ class Format(ABC):
         return splits
 
     @abstractmethod
-    def sides(self) -> dict[str, dict[str, Any]]:
-        """The side specs (`transduce.data.tokens`) written to the manifest."""
+    def sides(self) -> Sides:
+        """Its sides (`transduce.data.sides`), written to the manifest."""
 
     def resolved_options(self) -> dict[str, Any]:
         return dataclasses.asdict(self.options)
@@ -420,12 +421,12 @@ class Tsv(LineFormat):
             check_reserved(symbols, what, file, number)
         return symbols
 
-    def sides(self) -> dict[str, dict[str, Any]]:
+    def sides(self) -> Sides:
         o = self.options
-        sides = {"source": {"unit": o.source_unit}, "target": {"unit": o.target_unit}}
+        features = None
         if o.features_col is not None:
-            sides["features"] = {"unit": tokens.SYMBOL, "separator": o.features_sep}
-        return sides
+            features = Side.of(tokens.SYMBOL, separator=o.features_sep)
+        return Sides(Side.of(o.source_unit), Side.of(o.target_unit), features)
 
 
 # ----------------------------------------------------------------------------- cmudict
@@ -491,11 +492,11 @@ class Cmudict(LineFormat):
         check_reserved(phones, "pronunciation", file, number)
         return Example(source, tuple(phones), None, number)
 
-    def sides(self) -> dict[str, dict[str, Any]]:
-        return {
-            "source": {"unit": tokens.CHAR, "lowercase": self.options.lowercase},
-            "target": {"unit": tokens.SYMBOL, "stress": self.options.keep_stress},
-        }
+    def sides(self) -> Sides:
+        return Sides(
+            Side.of(tokens.CHAR, lowercase=self.options.lowercase),
+            Side.of(tokens.SYMBOL, stress=self.options.keep_stress),
+        )
 
 
 # -------------------------------------------------------------------------- sigmorphon
@@ -504,26 +505,6 @@ class Cmudict(LineFormat):
 @dataclass
 class SigmorphonOptions(HallucinationOptions, Options):
     pass
-
-
-def tag_symbol(tag: str) -> str:
-    """A morphological tag as a source symbol, bracketed: "V" -> "[V]".
-
-    The brackets keep the tag V and the letter V apart (they would otherwise share one
-    embedding); a bracketed tag has at least three characters, so it can never equal a
-    character symbol.
-    """
-    return f"[{tag}]"
-
-
-def split_tags(bundle: str) -> list[str]:
-    """`V;SG;3;PRS` -> ["V", "SG", "3", "PRS"]; surrounding spaces are dropped ("ABL; PL")."""
-    return [t.strip() for t in bundle.split(";")]
-
-
-def inflection_source(lemma: str, tags: Sequence[str]) -> list[str]:
-    """Tags, `<sep>`, then the lemma's characters (Rios et al. 2021 §4.1, Figure 2)."""
-    return [*(tag_symbol(t) for t in tags), SEP, *tokens.chars(lemma)]
 
 
 class Sigmorphon(LineFormat):
@@ -572,15 +553,11 @@ class Sigmorphon(LineFormat):
             return Example(source, None, None, number)
         return Example(source, tuple(tokens.chars(form)), None, number)
 
-    def sides(self) -> dict[str, dict[str, Any]]:
-        return {
-            "source": {
-                "unit": tokens.CHAR,
-                "tags": "bracketed, before the separator",
-                "separator": SEP,
-            },
-            "target": {"unit": tokens.CHAR},
-        }
+    def sides(self) -> Sides:
+        return Sides(
+            Side.of(tokens.CHAR, tags="bracketed, before the separator", separator=SEP),
+            Side.of(tokens.CHAR),
+        )
 
 
 # ------------------------------------------------------------------------------ conllu
@@ -721,11 +698,8 @@ class Conllu(Format):
         sentence.words.append(symbol)
         sentence.tags.append(tag)
 
-    def sides(self) -> dict[str, dict[str, Any]]:
-        return {
-            "source": {"unit": tokens.WORD},
-            "target": {"unit": tokens.SYMBOL, "tag": self.options.tag},
-        }
+    def sides(self) -> Sides:
+        return Sides(Side.of(tokens.WORD), Side.of(tokens.SYMBOL, tag=self.options.tag))
 
 
 # ---------------------------------------------------------------------------- parallel
@@ -847,20 +821,21 @@ class Parallel(Format):
             for name, examples in splits.items()
         }
 
-    def sides(self) -> dict[str, dict[str, Any]]:
+    def sides(self) -> Sides:
         o = self.options
         if o.subwords == "none":
-            return {"source": {"unit": tokens.WORD}, "target": {"unit": tokens.WORD}}
-        return {
-            side: {
-                "unit": tokens.SUBWORD,
-                "library": o.subwords,
-                "model": self._models.get(side),
-                "merges": o.bpe_merges,
-                "joint": o.bpe_joint,
-            }
+            return Sides(Side.of(tokens.WORD), Side.of(tokens.WORD))
+        source, target = (
+            Side.of(
+                tokens.SUBWORD,
+                library=o.subwords,
+                model=self._models.get(side),
+                merges=o.bpe_merges,
+                joint=o.bpe_joint,
+            )
             for side in ("source", "target")
-        }
+        )
+        return Sides(source, target)
 
 
 FORMATS: dict[str, type[Format]] = {f.name: f for f in (Tsv, Cmudict, Sigmorphon, Conllu, Parallel)}

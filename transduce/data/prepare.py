@@ -203,7 +203,7 @@ def _hallucinate(
     if options.hallucinate_seed is None:
         options.hallucinate_seed = seed  # resolved, so the manifest's options say it
     sides = fmt.sides()
-    units = sides["source"]["unit"], sides["target"]["unit"]
+    units = sides.source.unit, sides.target.unit
     if units[0] != units[1]:
         raise ConfigError(
             f"--hallucinate needs source and target in the same units, not {units[0]} and "
@@ -286,6 +286,7 @@ def _manifest(
     hallucination: dict[str, Any],
 ) -> dict[str, Any]:
     sides = fmt.sides()
+    present = sides.to_manifest()
     return {
         "schema": MANIFEST_SCHEMA,
         "transduce_version": __version__,
@@ -294,7 +295,7 @@ def _manifest(
         "format": fmt.name,
         "options": fmt.resolved_options(),
         "encoding": request.encoding,
-        "sides": sides,
+        "sides": present,
         "split": {
             "given": [s for s in SPLITS if s not in carved],
             "carved": carved,
@@ -313,7 +314,7 @@ def _manifest(
         "inventory": {
             side: _inventory(splits, side)
             for side in ("source", "target", "features")
-            if side in sides
+            if side in present
         },
         "inputs": [
             {"split": split, "name": f.name, "bytes": len(f.data), "sha256": sha256_bytes(f.data)}

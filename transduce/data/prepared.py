@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from transduce.data.prepare import MANIFEST
+from transduce.data.sides import Side
 from transduce.io import sha256_bytes
 
 COLUMNS = ("source", "target", "features")  # the columns of a prepared split, 1-based
 
 
-def prepared_side(path: str | Path, data: bytes, column: int) -> dict[str, Any] | None:
-    """The side spec of `column` when `path` is an unmodified split of a prepared directory.
+def prepared_side(path: str | Path, data: bytes, column: int) -> Side | None:
+    """The side of `column` when `path` is an unmodified split of a prepared directory.
 
     A file counts as prepared when a `manifest.json` beside it lists it with the same
     SHA-256 as `data` (its bytes). Returns None otherwise.
@@ -25,12 +25,12 @@ def prepared_side(path: str | Path, data: bytes, column: int) -> dict[str, Any] 
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         entry = manifest["outputs"][path.name]
-        side = manifest["sides"][COLUMNS[column - 1]]
+        spec = manifest["sides"][COLUMNS[column - 1]]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if entry.get("sha256") != sha256_bytes(data):
+    if entry.get("sha256") != sha256_bytes(data) or not isinstance(spec, dict):
         return None
-    return side
+    return Side(spec)
 
 
 def is_prepared_file(path: str | Path) -> bool:

@@ -74,7 +74,7 @@ class AttentionOptions:
     def attention_kwargs(self, layer: int) -> dict[str, Any]:
         """The `SelfAttention` modification arguments of 1-based `layer`."""
         convolved = self.conv_layers == "all" or (
-            isinstance(self.conv_layers, list) and layer in self.conv_layers
+            not isinstance(self.conv_layers, str) and layer in self.conv_layers
         )
         return {
             "positions": DIRECT.get(self.position_mode) if layer == 1 else None,

@@ -288,15 +288,15 @@ class Task(ABC, Generic[D, M]):
         """The lines of `test.predictions`: one per test line, in the target's own text."""
         assert data.test_eval is not None
         by_source = dict(zip(data.test_eval.sources, outputs))
-        side = data.prepared.sides["target"]
-        return [tokens.detokenize(by_source[p.source], side) for p in data.prepared.splits["test"]]
+        side = data.prepared.sides.target
+        return [side.detokenize(by_source[p.source]) for p in data.prepared.splits["test"]]
 
     def checkpoint_extras(self, data: D) -> dict[str, Any]:
         """What a checkpoint needs besides weights and training state to decode alone:
         vocabularies, side specs, embedded subword models."""
         return {
             "vocab": {name: vocab.symbols for name, vocab in data.vocabs.items()},
-            "sides": data.prepared.sides,
+            "sides": data.prepared.manifest["sides"],
             "subwords": subword_models(data.prepared),
         }
 
@@ -327,7 +327,7 @@ def subword_models(prepared: Prepared) -> dict[str, Any]:
     """The BPE model files of the data, embedded so a checkpoint decodes raw text alone."""
     models = {}
     for side in ("source", "target"):
-        spec = prepared.sides.get(side, {})
+        spec = prepared.manifest["sides"].get(side, {})
         if spec.get("unit") == tokens.SUBWORD and spec.get("model"):
             path = prepared.directory / spec["model"]
             models[side] = {

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from transduce import config as configuration
-from transduce.data import tokens
 from transduce.data.batching import collate, plan_batches
 from transduce.data.dataset import EvalSet, build_vocabs, eval_set
+from transduce.data.sides import Side
 from transduce.data.vocab import Vocab
 from transduce.decoding import decode_all
 from transduce.errors import ConfigError
@@ -243,7 +243,7 @@ class Seq2SeqTask(Task[TaskData, Seq2SeqModel]):
         """Decode the distinct sources and score them: (scores, output symbols)."""
         outputs = self.best_outputs(model, data.vocabs, evalset.sources)
         scores = score_outputs(
-            outputs, evalset.references, data.prepared.sides["target"], self.metrics
+            outputs, evalset.references, data.prepared.sides.target, self.metrics
         )
         return scores, outputs
 
@@ -268,13 +268,13 @@ class Seq2SeqTask(Task[TaskData, Seq2SeqModel]):
 def score_outputs(
     outputs: Sequence[Sequence[str]],
     references: Sequence[Sequence[Sequence[str]]],
-    side: dict[str, Any],
+    side: Side,
     metrics: Sequence[str],
 ) -> dict[str, float]:
     """Score output symbols against reference symbols as `transduce score` would score the
     printed text: both turned into the target's own text, then cut by its unit."""
-    hyps = [tokens.detokenize(o, side) for o in outputs]
-    refs = [[tokens.detokenize(r, side) for r in alts] for alts in references]
-    unit = tokens.CHAR if side.get("unit") == tokens.CHAR else tokens.SYMBOL
+    hyps = [side.detokenize(o) for o in outputs]
+    refs = [[side.detokenize(r) for r in alts] for alts in references]
+    unit = side.score_unit
     corpus = Corpus(hyps, refs, unit)
     return {name: get_metric(name, unit=unit).score(corpus).value for name in metrics}
