@@ -594,6 +594,24 @@ def test_bad_experiment_files_fail_before_any_run(grid, tmp_path, run, change, m
     assert not (tmp_path / "exp").exists()
 
 
+def test_every_problem_of_the_top_level_keys_is_said_at_once(grid, tmp_path, run):
+    """As a recipe's problems: an unknown key, a repeated seed, an unknown metric, a
+    published system and a baseline that are not systems, all in one line."""
+    data = yaml.safe_load(grid.read_text())
+    data.update(seeds=[1, 1], metrics=["nope"], bogus=3, baseline="qq")
+    data["published"] = {"zzz": {}}
+    bad = grid.parent / f"bad-{tmp_path.name}.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    result = run("experiment", "run", bad, "--out", tmp_path / "exp")
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: 5 problems: "), result.output
+    for part in ("bogus: unknown key", "seeds: a seed is listed twice", "unknown metric 'nope'",
+                 "published.zzz: not a system", "baseline: 'qq' is not a system"):  # fmt: skip
+        assert part in lines[0], part
+    assert not (tmp_path / "exp").exists()
+
+
 @pytest.mark.slow
 def test_the_grid_on_a_real_local_ray_cluster_gives_the_local_table(grid, tmp_path):
     """`--executor ray` (a local Ray cluster started for the run, real Ray tasks): the

@@ -66,6 +66,7 @@ import glob
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,7 @@ import yaml
 
 from transduce import config as configuration
 from transduce import recipe_loader
-from transduce.errors import ConfigError, TransduceError
+from transduce.errors import ConfigError, TransduceError, plural
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_+-]*$")  # system and dataset names: run dirs
 KEYS = {
@@ -187,6 +188,54 @@ class Experiment:
 
 def _problem(path: Path, key: str, message: str) -> ConfigError:
     return ConfigError(f"{path}: {key}: {message}")
+
+
+class Problems:
+    """The problems of an experiment file found so far: the checks that do not depend on
+    each other all run, and `raise_any` reports every problem at once, as a recipe's
+    (`config.parse`) are ("FILE: 2 problems: seeds: ...; metrics: ...")."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.found: list[str] = []
+
+    def add(self, error: ConfigError) -> None:
+        self.found.append(str(error).removeprefix(f"{self.path}: "))
+
+    def check(self, function: Callable[..., Any], *args: Any) -> Any:
+        """`function(*args)`, or None with its `ConfigError` kept."""
+        try:
+            return function(*args)
+        except ConfigError as error:
+            self.add(error)
+            return None
+
+    def raise_any(self) -> None:
+        if len(self.found) == 1:
+            raise ConfigError(f"{self.path}: {self.found[0]}")
+        if self.found:
+            raise ConfigError(
+                f"{self.path}: {plural(len(self.found), 'problem')}: " + "; ".join(self.found)
+            )
+
+
+def _check_seeds(path: Path, seeds: Any) -> list[int]:
+    if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
+        raise _problem(path, "seeds", f"expected a list of integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise _problem(path, "seeds", f"a seed is listed twice: {seeds}")
+    return seeds
+
+
+def _check_metrics(path: Path, metrics: Any) -> list[str] | None:
+    if metrics is None:
+        return None
+    if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+        raise _problem(path, "metrics", f"expected a list of metric names, got {metrics!r}")
+    for name in metrics:
+        if why := _unknown_metric(name):
+            raise _problem(path, "metrics", f"unknown metric {name!r} ({why})")
+    return metrics
 
 
 MAX_VALUES = 200_000  # values in an experiment file, its YAML aliases expanded
@@ -369,7 +418,9 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
     data files found) before anything runs.
 
     Raises:
-        ConfigError: the first problem, naming the file and the key.
+        ConfigError: naming the file and the key: every problem of its top-level keys
+            (systems, seeds, metrics, published, ensemble, baseline, set) at once, else
+            the first of its datasets, references and cells.
     """
     path = experiment_path(path)
     try:
@@ -392,36 +443,37 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with systems:, got {data!r:.80}")
     _check_expansion(path, data)
+    problems = Problems(path)
     for key in data:
         if key not in KEYS:
-            raise _problem(path, str(key), f"unknown key (valid: {', '.join(sorted(KEYS))})")
-    systems = data.get("systems")
-    if not isinstance(systems, dict) or not systems:
-        raise _problem(path, "systems", "expected a mapping of NAME: {recipe: ..., set: ...}")
-    seeds = data.get("seeds", [1])
-    if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
-        raise _problem(path, "seeds", f"expected a list of integers, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise _problem(path, "seeds", f"a seed is listed twice: {seeds}")
-    metrics = data.get("metrics")
-    if metrics is not None:
-        if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
-            raise _problem(path, "metrics", f"expected a list of metric names, got {metrics!r}")
-        for name in metrics:
-            if why := _unknown_metric(name):
-                raise _problem(path, "metrics", f"unknown metric {name!r} ({why})")
+            problems.add(
+                _problem(path, str(key), f"unknown key (valid: {', '.join(sorted(KEYS))})")
+            )
+    seeds = problems.check(_check_seeds, path, data.get("seeds", [1])) or [1]
+    metrics = problems.check(_check_metrics, path, data.get("metrics"))
     published = data.get("published") or {}
     if not isinstance(published, dict):
-        raise _problem(path, "published", f"expected a mapping, got {published!r}")
-    entries, search = _systems(path, systems)
+        problems.add(_problem(path, "published", f"expected a mapping, got {published!r}"))
+        published = {}
+    systems = data.get("systems")
+    if not isinstance(systems, dict) or not systems:
+        problems.add(
+            _problem(path, "systems", "expected a mapping of NAME: {recipe: ..., set: ...}")
+        )
+        problems.raise_any()
+    found = problems.check(_systems, path, systems)
+    if found is None:
+        problems.raise_any()
+    entries, search = found
     names = [entry[0] for entry in entries]
     for name in published:
         if name not in names:
-            raise _problem(path, f"published.{name}", "not a system of this experiment")
-    ensemble = _check_ensemble(path, data.get("ensemble"), names, search)
-    baseline = _check_baseline(path, data.get("baseline"), names, search)
+            problems.add(_problem(path, f"published.{name}", "not a system of this experiment"))
+    ensemble = problems.check(_check_ensemble, path, data.get("ensemble"), names, search)
+    baseline = problems.check(_check_baseline, path, data.get("baseline"), names, search)
     root, _ = recipe_loader.data_root(data_root)
-    common = _overrides(path, "set", data.get("set"))
+    common = problems.check(_overrides, path, "set", data.get("set")) or []
+    problems.raise_any()  # the datasets and the cells need all of the above
     matched: set[str] = set()
     datasets = _datasets(path, data.get("datasets"), root, matched)
     named = [d for d in datasets if d is not None]
