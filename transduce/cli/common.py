@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -50,6 +51,18 @@ class Device(str, Enum):
     cpu = "cpu"
     cuda = "cuda"
     auto = "auto"
+
+
+def with_parameters(command: Any, generated: list[inspect.Parameter], after: str) -> Any:
+    """`command` with the `generated` parameters (for its `**kwargs`) after its parameter
+    `after`, as Typer reads parameters: from the signature (`score`'s metric flags,
+    `prepare`'s format flags)."""
+    signature = inspect.signature(command, eval_str=True)
+    static = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
+    at = [p.name for p in static].index(after) + 1
+    static = [p.replace(kind=p.KEYWORD_ONLY) for p in static]  # Typer passes keywords only
+    command.__signature__ = signature.replace(parameters=[*static[:at], *generated, *static[at:]])
+    return command
 
 
 def choices(name: str, values: Iterable[str]) -> type[Enum]:

@@ -13,7 +13,7 @@ from rich.table import Table
 from transduce import defaults
 from transduce.cli import ui
 from transduce.cli.app import app
-from transduce.cli.common import Verbosity, choices
+from transduce.cli.common import Verbosity, choices, with_parameters
 from transduce.data.formats import FORMATS, FormatFlag, format_flags
 from transduce.data.prepare import SPLITS, PrepareRequest, prepare
 from transduce.errors import ConfigError, plural
@@ -107,19 +107,10 @@ def _parameter(flag: FormatFlag) -> inspect.Parameter:
     )  # fmt: skip
 
 
-def _with_format_flags(command: Any) -> Any:
-    """`command` with a parameter for each option of the formats (its `**options`), after
-    --encoding, as Typer reads parameters: from the signature."""
-    signature = inspect.signature(command, eval_str=True)
-    static = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
-    at = [p.name for p in static].index("encoding") + 1
-    static = [p.replace(kind=p.KEYWORD_ONLY) for p in static]  # Typer passes keywords only
-    generated = [_parameter(flag) for flag in format_flags()]
-    command.__signature__ = signature.replace(parameters=[*static[:at], *generated, *static[at:]])
-    return command
-
-
-app.command(name="prepare")(_with_format_flags(prepare_command))
+# a parameter for each option of the formats (its **options), after --encoding
+app.command(name="prepare")(
+    with_parameters(prepare_command, [_parameter(f) for f in format_flags()], after="encoding")
+)
 
 
 def _summary(out: Path, manifest: dict[str, Any]) -> None:

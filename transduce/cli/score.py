@@ -18,7 +18,7 @@ from rich.table import Table
 from transduce import defaults
 from transduce.cli import ui
 from transduce.cli.app import app
-from transduce.cli.common import Verbosity, choices
+from transduce.cli.common import Verbosity, choices, with_parameters
 from transduce.errors import ConfigError
 from transduce.io import atomic_write_text
 from transduce.metrics import METRICS
@@ -108,7 +108,7 @@ def score_command(
     max_line_length: Annotated[
         int, _option("The longest line read, in characters (a longer one is an error).", _IN)
     ] = defaults.MAX_LINE_LENGTH,
-    # here the flags of the metrics' declarations: see _with_metric_flags
+    # here the flags of the metrics' declarations: see with_parameters below
     json_: Annotated[
         bool, typer.Option("--json", help="Print the JSON report on stdout.", rich_help_panel=_OUT)
     ] = False,
@@ -173,19 +173,10 @@ def _parameter(flag: MetricFlag) -> inspect.Parameter:
                              annotation=annotation)  # fmt: skip
 
 
-def _with_metric_flags(command: Any) -> Any:
-    """`command` with a parameter for each flag of `metric_flags` (its `**flags`), after
-    --encoding, as Typer reads parameters: from the signature."""
-    signature = inspect.signature(command, eval_str=True)
-    static = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
-    at = [p.name for p in static].index("encoding") + 1
-    static = [p.replace(kind=p.KEYWORD_ONLY) for p in static]  # Typer passes keywords only
-    generated = [_parameter(flag) for flag in metric_flags()]
-    command.__signature__ = signature.replace(parameters=[*static[:at], *generated, *static[at:]])
-    return command
-
-
-app.command(name="score")(_with_metric_flags(score_command))
+# a parameter for each flag of `metric_flags` (its **flags), after --encoding
+app.command(name="score")(
+    with_parameters(score_command, [_parameter(f) for f in metric_flags()], after="encoding")
+)
 
 
 def _table(result: dict[str, Any]) -> None:
