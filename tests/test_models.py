@@ -368,3 +368,64 @@ def test_dropout_keeps_the_expected_share_and_scales():
     assert y[y != 0].unique().tolist() == [pytest.approx(1 / 0.7)]
     assert torch.equal(layer.eval()(x), x)
     assert Dropout(0.0).train()(x) is x
+
+
+# ------------------------------------------------ tag_input and attend_tags (lstm)
+
+TAGGED = [[12, 13, 4, 5, 6, 7], [13, 4, 8, 9], [5, 6, 7]]  # tags, <sep> (id 4), lemma; none
+
+
+def tag_model(**options) -> torch.nn.Module:
+    config = LSTMConfig(
+        embedding_dim=6, encoder_layers=1, encoder_size=5, decoder_size=7, dropout=0.0, **options
+    )
+    torch.manual_seed(0)
+    return build_model("lstm", config, VOCAB, VOCAB).eval()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"tag_input": True},
+        {"tag_input": True, "attend_tags": False, "copy": True},
+        {"tag_input": True, "attend_tags": False, "input_feeding": True},
+    ],
+    ids=["tag-input", "lemma-only-copy", "lemma-only-feeding"],
+)
+def test_tag_input_forward_equals_steps_and_reads_the_tags(options):
+    model = tag_model(**options)
+    b = collate(TAGGED, [[5, 6, 9], [8, 9], [7, 5]])
+    output = model(b)
+    state = model.init_state(b)
+    stepped = []
+    for t in range(b.target_in.shape[1]):
+        step = model.step(state, b.target_in[:, t])
+        state, _ = step.state, stepped.append(step.log_probs)
+    mask = b.target_mask
+    assert torch.allclose(output.log_probs[mask], torch.stack(stepped, 1)[mask], atol=1e-5)
+    tags = torch.tensor([[1, 1, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]]).bool()
+    assert torch.equal(model._tag_positions(b.source), tags)
+    # the vector by hand: ReLU(W (e(12) + e(13)) + b) for the first source, ReLU(b) for
+    # the source without <sep>
+    e, W = model.source_embedding.weight, model.tag_projection
+    by_hand = torch.relu(W(e[12] + e[13]))
+    assert torch.allclose(model._tags(b.source)[0], by_hand, atol=1e-6)
+    assert torch.allclose(model._tags(b.source)[2], torch.relu(W.bias), atol=1e-6)
+    attention = output.attention[:, 0]  # B x T x S
+    if options.get("attend_tags", True):
+        assert attention[0, 0, :2].sum() > 0
+    else:  # nothing on the tags: they reach the decoder through the vector alone
+        assert attention[tags.unsqueeze(1).expand_as(attention)].abs().max() == 0
+    # the vector enters every step (the option is not ignored): with it zeroed, every
+    # step's distribution moves
+    with torch.no_grad():
+        W.weight.zero_(), W.bias.zero_()
+    moved = (model(b).log_probs - output.log_probs).abs().amax(-1)[mask]
+    assert bool((moved > 1e-6).all()), moved
+
+
+def test_tag_options_are_checked():
+    assert any("attend_tags" in p for p in LSTMConfig(attend_tags=False).check())
+    local = LSTMConfig(tag_input=True, attend_tags=False, attention=AttentionConfig(type="local_m"))
+    assert any("global attention" in p for p in local.check())
+    assert any("tag_input" in p for p in HardAttentionConfig(tag_input=True).check())

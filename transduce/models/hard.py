@@ -84,6 +84,8 @@ class HardAttentionConfig(LSTMConfig):
 
     def check(self) -> list[str]:
         problems = super().check()
+        if self.tag_input or not self.attend_tags:
+            problems.append("tag_input and attend_tags: the soft-attention lstm's options only")
         if self.input_feeding and self.estimator == "exact":
             problems.append(
                 "input_feeding: makes the alignments depend on each other, so the likelihood "

@@ -68,7 +68,7 @@ from transduce.models.base import (
 )
 from transduce.models.copy import Copying, mix
 from transduce.models.layers import BiLSTM, Dropout, lstm_step
-from transduce.special import PAD_ID
+from transduce.special import PAD_ID, SEP_ID
 
 
 @dataclass
@@ -108,6 +108,14 @@ class LSTMConfig(ModelConfig):
     # PyTorch's default initialization, or Sockeye's: Xavier uniform weights, orthogonal
     # recurrent matrices (gain 1.414), zero biases
     init: Literal["default", "xavier"] = "default"
+    # the tags (the source symbols before <sep>: lemma<TAB>tags data) given to the decoder at
+    # every step as one vector, ReLU(W sum_j e(x_j) + b) of embedding_dim units, beside
+    # e(y_{i-1}) (the tag transducers of Wu & Cotterell 2019; Aharoni & Goldberg 2017 feed
+    # the tags to the decoder at every step): the decoder need not find them by attention
+    tag_input: bool = False
+    # whether attention (and copy) read the tag positions; false: the lemma only (with
+    # tag_input, the tags then reach the decoder only through tag_input and the encoder)
+    attend_tags: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.attention, str):
@@ -141,6 +149,10 @@ class LSTMConfig(ModelConfig):
         if self.match_parameters and self.tie_embeddings:
             problems.append("match_parameters: cannot shrink d_s while tie_embeddings fixes it")
         both = self.encoder_bidirectional_layers
+        if not self.attend_tags and not self.tag_input:
+            problems.append("attend_tags: false needs tag_input: true (else no tag is read)")
+        if not self.attend_tags and self.attention.local:
+            problems.append("attend_tags: false works with global attention only")
         if both is not None and not 0 <= both <= self.encoder_layers:
             problems.append(
                 f"encoder_bidirectional_layers: must be in [0, encoder_layers = "
@@ -196,6 +208,9 @@ class LSTMModel(Copying, Seq2SeqModel):
         )
         self.d_s = output_size(c, target_vocab)
         feed = self.d_s if c.input_feeding and c.feed_merge == "concat" else 0
+        if c.tag_input:  # the tag vector, joined to every decoder input
+            self.tag_projection = nn.Linear(c.embedding_dim, c.embedding_dim)
+            feed += c.embedding_dim
         if c.input_feeding and c.feed_merge == "linear":  # §8.2: [e ⊕ c̄] -> R^{d_e}
             self.merge = nn.Linear(c.embedding_dim + self.d_s, c.embedding_dim)
         self.decoder = nn.LSTM(
@@ -281,6 +296,7 @@ class LSTMModel(Copying, Seq2SeqModel):
 
     def forward(self, batch: Batch) -> Seq2SeqOutput:
         memory, keys = self.encode(batch)
+        mask = self._attended(batch.source)
         if self.config.input_feeding:  # eq. (14): each step needs the previous step's f
             state = self._initial(batch, memory, keys)
             steps = []
@@ -291,14 +307,18 @@ class LSTMModel(Copying, Seq2SeqModel):
             attention = torch.stack([s.attention for s in steps], dim=2)  # B x 1 x T x S
         else:  # eq. (10): the whole target in one LSTM call, all attention steps in one bmm
             embedded = self.drop(self.target_embedding(batch.target_in))  # B x T x E
+            inputs = embedded
+            if self.config.tag_input:  # [e(y_{i-1}); t] at every step
+                tags = self._tags(batch.source).unsqueeze(1)  # B x 1 x E
+                inputs = torch.cat([embedded, tags.expand(-1, embedded.shape[1], -1)], dim=-1)
             if self.config.decoder_init == "zero":
-                states, _ = self.decoder(embedded)  # B x T x H
+                states, _ = self.decoder(inputs)  # B x T x H
             else:
                 h, c = self._decoder_start(memory, batch.source_mask)  # B x L x H
                 h, c = h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous()  # L x B x H
-                states, _ = self.decoder(embedded, (h, c))  # B x T x H
+                states, _ = self.decoder(inputs, (h, c))  # B x T x H
             states = self.drop(states)
-            alpha, _, log_probs = self._attend(states, memory, keys, batch.source_mask)
+            alpha, _, log_probs = self._attend(states, memory, keys, mask)
             if self.config.copy:  # eqs. (8)-(9) of See et al. (2017), every step at once
                 gate = torch.bmm(alpha, self.gate.project(memory).unsqueeze(-1)).squeeze(-1)
                 gate = gate + self.gate.query(states, embedded)  # B x T
@@ -307,6 +327,27 @@ class LSTMModel(Copying, Seq2SeqModel):
         return Seq2SeqOutput(
             log_probs, attention, self.attention_names, batch.source_mask, batch.target_mask
         )
+
+    @staticmethod
+    def _tag_positions(source: Tensor) -> Tensor:
+        """B x S, True at the tags: the positions before a source's first <sep> (none in a
+        source without one)."""
+        has_sep = (source == SEP_ID).any(dim=1, keepdim=True)  # B x 1
+        before = torch.cumsum((source == SEP_ID).int(), dim=1) == 0  # B x S
+        return before & has_sep & (source != PAD_ID)
+
+    def _tags(self, source: Tensor) -> Tensor:
+        """`tag_input`'s vector, B x E: ReLU(W sum_j e(x_j) + b) over the tag positions j
+        (the sum is 0 for a source without tags)."""
+        embedded = self.drop(self.source_embedding(source))  # B x S x E
+        bag = (embedded * self._tag_positions(source).unsqueeze(-1)).sum(dim=1)  # B x E
+        return torch.relu(self.tag_projection(bag))
+
+    def _attended(self, source: Tensor) -> Tensor:
+        """B x S: the positions attention (and copy) read: every real one, or with
+        `attend_tags: false` the real ones that are not tags."""
+        mask = source != PAD_ID
+        return mask if self.config.attend_tags else mask & ~self._tag_positions(source)
 
     @staticmethod
     def _last(mask: Tensor) -> Tensor:
@@ -341,10 +382,13 @@ class LSTMModel(Copying, Seq2SeqModel):
         state = {
             "projected": projected,
             "keys": wide(keys),
-            "mask": batch.source_mask,
+            "mask": self._attended(batch.source),
             "h": h,
             "c": cell,
         }
+        if c.tag_input:
+            with torch.autocast(memory.device.type, enabled=False):
+                state["tags"] = self._tags(batch.source).float()  # B x E
         if c.input_feeding:
             state["feed"] = memory.new_zeros(size, self.d_s)  # B x d_s: c̄_0 = 0
         if c.copy:
@@ -368,11 +412,16 @@ class LSTMModel(Copying, Seq2SeqModel):
             return self._step(state, previous)
 
     def _feed(self, embedded: Tensor, state: State) -> Tensor:
-        """The decoder input: e(y_{i-1}) B x E, with input feeding joined with c̄_{i-1}."""
-        if not self.config.input_feeding:
-            return embedded
-        joined = torch.cat([embedded, state["feed"]], dim=-1)  # B x (E + d_s), eq. (14)
-        return self.merge(joined) if self.config.feed_merge == "linear" else joined
+        """The decoder input: e(y_{i-1}) B x E, with input feeding joined with c̄_{i-1}, with
+        `tag_input` with the tag vector."""
+        c = self.config
+        joined = embedded
+        if c.input_feeding:
+            joined = torch.cat([embedded, state["feed"]], dim=-1)  # B x (E + d_s), eq. (14)
+            joined = self.merge(joined) if c.feed_merge == "linear" else joined
+        if c.tag_input:  # [e(y_{i-1}) (; c̄_{i-1}); t]
+            joined = torch.cat([joined, state["tags"]], dim=-1)
+        return joined
 
     def _step(self, state: State, previous: Tensor) -> Step:
         token = self.drop(self.target_embedding(previous))  # B x E
