@@ -6,7 +6,7 @@ trainer's own `Trainer.update`.
 
     python benchmarks/device_training.py [--device auto|cpu|cuda] [--precision fp32,bf16]
         [--updates 50] [--repeats 3] [--profile-updates 5] [--compare-cpu]
-        [--recipes g2p,paper/rios2021/...]
+        [--recipes g2p,paper/rios2021/...] [--compile off,on]
 
 It prints a JSON line as soon as each thing is measured (flushed, so that a run cut short
 still says what it measured): one per run (`"kind": "run"`: examples/s over `--updates`
@@ -18,6 +18,11 @@ memory, and on CUDA the fraction of the wall time the GPU was running kernels: t
 profiler's device time over the wall time of `--profile-updates` profiled updates, which
 the profiler itself slows, so a lower bound). With `--compare-cpu` the same updates also
 run on the CPU (2 threads), and the GPU/CPU ratio of examples/s is in the summary.
+`--compile off,on` measures each recipe and precision without and with `train.compile`
+(transduce.compiling; `"compile"` in each line), the repeats alternating between the two
+so that both see the same machine (the summary of `on` has `compiled_over_uncompiled`, the
+ratio of the medians): a compiled run warms up for `COMPILED_WARMUP` updates, so that the
+compilations for new batch shapes fall before the clock starts.
 """
 
 from __future__ import annotations
@@ -33,9 +38,12 @@ from pathlib import Path
 
 RECIPES = ("g2p", "paper/rios2021/transformer-g2p-cmudict")
 WARMUP = 5
+COMPILED_WARMUP = 20
 
 
-def setup(recipe: str, prepared: str, device: str, precision: str, threads: int):
+def setup(
+    recipe: str, prepared: str, device: str, precision: str, threads: int, compiled: bool = False
+):
     """The trainer of `recipe` on the prepared data, and what `update` needs."""
     import torch
 
@@ -45,7 +53,7 @@ def setup(recipe: str, prepared: str, device: str, precision: str, threads: int)
 
     data, _ = compose(recipe_path(recipe))
     data["data"] = {"prepared": prepared}
-    data["train"].update(device=device, precision=precision, threads=threads)
+    data["train"].update(device=device, precision=precision, threads=threads, compile=compiled)
     trainer = Trainer(configuration.parse(data), Path(tempfile.mkdtemp()))
     state = trainer.setup()
     torch.set_num_threads(threads)
@@ -61,22 +69,25 @@ def synchronize(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(recipe: str, prepared: str, device: str, precision: str, updates: int) -> dict:
+def measure(
+    recipe: str, prepared: str, device: str, precision: str, updates: int, compiled: bool
+) -> dict:
     """One run: examples/s over `updates` timed updates, and peak memory."""
     import torch
 
     trainer, _loaded, model, _optimizer, _schedule, batches = setup(
-        recipe, prepared, device, precision, threads=2
+        recipe, prepared, device, precision, threads=2, compiled=compiled
     )
     where = trainer.device
     if where.type == "cuda":
         torch.cuda.reset_peak_memory_stats(where)
     number = 0
-    for indices in batches[:WARMUP]:
+    warmup = COMPILED_WARMUP if compiled else WARMUP
+    for indices in batches[:warmup]:
         number += 1
         trainer.update(indices, number)
     synchronize(where)
-    timed = batches[WARMUP : WARMUP + updates]
+    timed = batches[warmup : warmup + updates]
     start = time.perf_counter()
     for indices in timed:
         number += 1
@@ -96,27 +107,33 @@ def measure(recipe: str, prepared: str, device: str, precision: str, updates: in
         "peak_memory_mb": round(peak),
         "memory_kind": "cuda max_memory_allocated" if where.type == "cuda" else "peak RSS",
         "parameters": model.parameter_count(),
+        "compile": compiled,
     }
 
 
-def busy_fraction(recipe: str, prepared: str, device: str, precision: str, updates: int):
+def busy_fraction(
+    recipe: str, prepared: str, device: str, precision: str, updates: int, compiled: bool
+):
     """The share of the wall time of `updates` updates that the GPU spends in kernels
     (torch profiler), or None off CUDA."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+        return None
     trainer, _loaded, _model, _optimizer, _schedule, batches = setup(
-        recipe, prepared, device, precision, threads=2
+        recipe, prepared, device, precision, threads=2, compiled=compiled
     )
     where = trainer.device
     if where.type != "cuda":
         return None
-    for number, indices in enumerate(batches[:WARMUP], 1):
+    warmup = COMPILED_WARMUP if compiled else WARMUP
+    for number, indices in enumerate(batches[:warmup], 1):
         trainer.update(indices, number)
     synchronize(where)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
-        for number, indices in enumerate(batches[WARMUP : WARMUP + updates], WARMUP + 1):
+        for number, indices in enumerate(batches[warmup : warmup + updates], warmup + 1):
             trainer.update(indices, number)
         synchronize(where)
         wall = time.perf_counter() - start
@@ -128,9 +145,12 @@ def busy_fraction(recipe: str, prepared: str, device: str, precision: str, updat
     return min(1.0, kernels / 1e6 / wall)
 
 
-def child(recipe: str, prepared: str, device: str, precision: str, updates: str) -> None:
+def child(
+    recipe: str, prepared: str, device: str, precision: str, updates: str, compiled: str
+) -> None:
     """One measurement in a process of its own (its peak memory is its own)."""
-    print(json.dumps(measure(recipe, prepared, device, precision, int(updates))))
+    result = measure(recipe, prepared, device, precision, int(updates), compiled == "on")
+    print(json.dumps(result))
 
 
 def in_child(*arguments: str) -> dict:
@@ -157,7 +177,8 @@ def main() -> None:
     parser.add_argument("--recipes", default=",".join(RECIPES))
     parser.add_argument("--compare-cpu", action="store_true", help="also on the CPU: the ratio")
     parser.add_argument("--prepared", help="a prepared CMUdict directory (default: the embedded)")
-    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--compile", default="off", help="off, on, or both: off,on (train.compile)")
+    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
@@ -169,42 +190,70 @@ def main() -> None:
     for precision in precisions:
         if precision not in ("auto", "fp32", "bf16", "fp16"):
             parser.error(f"--precision: auto, fp32, bf16 or fp16, not {precision!r}")
+    compiles = args.compile.split(",")
+    for value in compiles:
+        if value not in ("off", "on"):
+            parser.error(f"--compile: off, on or off,on, not {value!r}")
     for recipe in args.recipes.split(","):
         for precision in precisions:
-            summary(args, recipe, prepared, precision)
+            summary(args, recipe, prepared, precision, compiles)
 
 
 def emit(line: dict) -> None:
     print(json.dumps({"benchmark": "device_training", **line}), flush=True)
 
 
-def summary(args: argparse.Namespace, recipe: str, prepared: str, precision: str) -> None:
-    """The runs of one recipe in one precision, each printed, then their summary."""
-    entry: dict = {"kind": "summary", "recipe": recipe, "updates": args.updates}
+def summary(
+    args: argparse.Namespace, recipe: str, prepared: str, precision: str, compiles: list[str]
+) -> None:
+    """The runs of one recipe in one precision, each printed, then a summary for each
+    value of `compiles`. With both, the repeats alternate (off, on, off, on, ...), so both
+    see the same machine, and the summary of `on` has the ratio of the medians."""
+    entries: dict[str, dict] = {}
     targets = [("device", args.device)] + ([("cpu", "cpu")] if args.compare_cpu else [])
     for label, device in targets:
-        runs = []
+        runs: dict[str, list[dict]] = {compiled: [] for compiled in compiles}
         for repeat in range(1, args.repeats + 1):
-            run = in_child(recipe, prepared, device, precision, str(args.updates))
-            emit({"kind": "run", "recipe": recipe, "precision": precision, "repeat": repeat, **run})
-            if "error" in run:
-                return  # the same error in every repeat: the next recipe or precision
-            runs.append(run)
-        rates = [r["examples_per_s"] for r in runs]
-        entry[label] = {
-            **{k: runs[0][k] for k in ("device", "precision", "parameters", "memory_kind")},
-            "examples_per_s": round(statistics.median(rates), 1),
-            "runs": [round(r, 1) for r in rates],
-            "peak_memory_mb": max(r["peak_memory_mb"] for r in runs),
-        }
-    busy = busy_fraction(recipe, prepared, args.device, precision, args.profile_updates)
-    entry["device"]["busy_fraction"] = None if busy is None else round(busy, 3)
-    entry["device"]["profiled_updates"] = args.profile_updates if busy is not None else None
-    if args.compare_cpu:
-        entry["device_over_cpu"] = round(
-            entry["device"]["examples_per_s"] / entry["cpu"]["examples_per_s"], 2
+            for compiled in list(runs):
+                run = in_child(recipe, prepared, device, precision, str(args.updates), compiled)
+                emit(
+                    {"kind": "run", "recipe": recipe, "precision": precision, "repeat": repeat}
+                    | run
+                )
+                if "error" in run:  # the same error in every repeat: not tried again
+                    del runs[compiled]
+                    continue
+                runs[compiled].append(run)
+        for compiled, done in runs.items():
+            rates = [r["examples_per_s"] for r in done]
+            entry = entries.setdefault(
+                compiled,
+                {"kind": "summary", "recipe": recipe, "updates": args.updates}
+                | {"compile": compiled == "on"},
+            )
+            entry[label] = {
+                **{k: done[0][k] for k in ("device", "precision", "parameters", "memory_kind")},
+                "examples_per_s": round(statistics.median(rates), 1),
+                "runs": [round(r, 1) for r in rates],
+                "peak_memory_mb": max(r["peak_memory_mb"] for r in done),
+            }
+    for compiled, entry in entries.items():
+        if "device" not in entry:
+            continue
+        busy = busy_fraction(
+            recipe, prepared, args.device, precision, args.profile_updates, compiled == "on"
         )
-    emit(entry)
+        entry["device"]["busy_fraction"] = None if busy is None else round(busy, 3)
+        entry["device"]["profiled_updates"] = args.profile_updates if busy is not None else None
+        if args.compare_cpu and "cpu" in entry:
+            entry["device_over_cpu"] = round(
+                entry["device"]["examples_per_s"] / entry["cpu"]["examples_per_s"], 2
+            )
+        if compiled == "on" and "device" in entries.get("off", {}):
+            entry["compiled_over_uncompiled"] = round(
+                entry["device"]["examples_per_s"] / entries["off"]["device"]["examples_per_s"], 3
+            )
+        emit(entry)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,15 @@ the time left, and is stopped at it), in this order:
 3. main: the main job, `transduce train --config g2p` (its wall time, training time, test
    WER and PER), with the GPU's utilization sampled by `nvidia-smi` every 0.5 s: the busy
    fraction is the mean utilization over the training window.
-4. bench: `benchmarks/device_training.py` for the LSTM and the transformer recipes in
+4. compile: the main job again with `train.compile: true` (transduce.compiling: the
+   model's forward through torch.compile, the same numbers): wall time, training time,
+   test scores and busy fraction beside the main part's.
+5. bench: `benchmarks/device_training.py` for the LSTM and the transformer recipes in
    fp32 and bf16 (examples/s, the median of 3 runs; peak memory; busy fraction).
-5. grid: short runs (the `small/g2p` recipe, 200 updates, on 1,000 CMUdict words) as
+6. grid: short runs (the `small/g2p` recipe, 200 updates, on 1,000 CMUdict words) as
    `experiment run` cells, with 1, 4 and 8 at once on the one GPU (`--workers N
    --per-gpu N`): runs per hour, and the GPU's mean utilization meanwhile.
-6. issue16: the Rios et al. (2021) transformer on CMUdict without and with the
+7. issue16: the Rios et al. (2021) transformer on CMUdict without and with the
    monotonicity loss (λ = 0 and 0.1, seed 1; `rios2021-g2p-transformer`), both at once,
    for the time left (with `--data-root` holding g2p-wu2018-cmudict-nettalk; the runs
    stop as at Ctrl-C and resume when the same command is run with the same `--work`).
@@ -57,11 +60,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-PARTS = ("env", "tests", "main", "bench", "grid", "issue16")
+PARTS = ("env", "tests", "main", "compile", "bench", "grid", "issue16")
 # each part's most seconds: on a GPU, and with --tiny
 CAPS = {
     "tests": (150, 90),
     "main": (90, 60),
+    "compile": (120, 100),  # the first compilation (cold cache) is part of its wall time
     "bench": (150, 60),
     "grid": (110, 60),
 }
@@ -267,12 +271,15 @@ def tests_part(check: Check, tiny: bool) -> None:
     )
 
 
-def main_part(check: Check, device: str, tiny: bool, sampler: Sampler) -> None:
-    seconds = share(check, "main", tiny, later=2)
-    run = check.work / "main"
+def main_part(check: Check, device: str, tiny: bool, sampler: Sampler, part: str = "main") -> None:
+    """The main job (`part` "main"), or the same with `train.compile: true` ("compile")."""
+    seconds = share(check, part, tiny, later=2)
+    run = check.work / part
     shutil.rmtree(run, ignore_errors=True)
     command = [sys.executable, "-m", "transduce", "train", "--config", "g2p", "--out", run]
     command += ["--device", device]
+    if part == "compile":
+        command += ["--set", "train.compile=true"]
     if tiny:  # 10 updates on 1,000 words: the mechanics only
         train, dev, test = short_data(check)
         command += ["--set", "data.format=tsv"]
@@ -293,7 +300,7 @@ def main_part(check: Check, device: str, tiny: bool, sampler: Sampler) -> None:
     busy, memory, samples = sampler.busy(begin, begin + (training or wall))
     whole, _, _ = sampler.busy(start, start + wall)
     check.result(
-        "main",
+        part,
         exit=code,
         stopped_at_limit=code is None,
         wall_s=round(wall, 1),
@@ -472,7 +479,7 @@ def summary(results: list[dict[str, Any]]) -> str:
                 f" ({', '.join(r['failures'])})" if r["failures"] else ""
             )
             what += ", stopped at its time limit" if r["stopped_at_limit"] else ""
-        elif part == "main":
+        elif part in ("main", "compile") and "wall_s" in r:
             test = r.get("test") or {}
             scores = ", ".join(
                 f"{k.upper()} {v:.2f}" for k, v in test.items() if k in ("wer", "per")
@@ -547,8 +554,8 @@ def main() -> None:
                     env_part(check, args.device)
                 elif part == "tests":
                     tests_part(check, args.tiny)
-                elif part == "main":
-                    main_part(check, args.device, args.tiny, sampler)
+                elif part in ("main", "compile"):
+                    main_part(check, args.device, args.tiny, sampler, part)
                 elif part == "bench":
                     bench_part(check, args.device, args.tiny)
                 elif part == "grid":

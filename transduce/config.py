@@ -275,6 +275,10 @@ class TrainConfig:
     # what records each validation as it happens: RUN_DIR/metrics.csv, and TensorBoard
     # event files in RUN_DIR/tensorboard/ (the `tensorboard` extra) (transduce.runlog)
     log: list[Literal["csv", "tensorboard"]] = field(default_factory=lambda: ["csv"])
+    # the model's forward compiled with torch.compile (transduce.compiling): the same
+    # numbers as without (dropout draws the same masks), fewer kernel launches; slower on
+    # the CPU where measured, so off by default (README: Speed options)
+    compile: bool = False
 
     def check(self) -> list[str]:
         from transduce.metrics import METRICS

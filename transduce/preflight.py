@@ -11,6 +11,8 @@ from collections.abc import Callable
 import torch
 
 from transduce import config as configuration
+from transduce.compiling import missing
+from transduce.errors import ConfigError
 from transduce.precision import choose, resolve_device
 from transduce.runlog import check as check_logs
 from transduce.tasks import Task, check_task
@@ -24,9 +26,9 @@ def preflight(
     """Check a recipe against its task and this machine: the task's problems first
     (`check_task`), then the device (`train.device`, placed by `place`: a training
     process's own GPU, `World.device`), the precision that device runs
-    (`train.precision`), the logs (`train.log`) and, for a run that starts (not
-    `resume`), the checkpoint it is to start from (`train.init_from`). The task class,
-    the device and the precision that runs.
+    (`train.precision`), that `train.compile` can compile there, the logs (`train.log`)
+    and, for a run that starts (not `resume`), the checkpoint it is to start from
+    (`train.init_from`). The task class, the device and the precision that runs.
 
     Raises:
         ConfigError: the first problem, in one line naming the option.
@@ -37,6 +39,8 @@ def preflight(
     if place is not None:
         where = place(where)
     precision = choose(config.train.precision, where)
+    if config.train.compile and (reason := missing(where)) is not None:
+        raise ConfigError(f"train.compile: {reason}; or set train.compile: false")
     check_start(config, resume)
     return kind, where, precision
 
