@@ -161,6 +161,35 @@ def test_decoding_on_the_gpu_as_on_the_cpu(learned, copy, beam):
     assert close and sum(close) >= 0.95 * len(close)
 
 
+def test_greedy_decoding_waits_for_the_gpu_once_a_step(learned, copy):
+    """transduce.decoding.greedy copies each step's tokens and scores to the host in one
+    transfer: the synchronizing calls (torch's sync debug mode) are at most one a step,
+    plus the few of the start (the limits) and of leaving rows out."""
+    import warnings
+
+    from transduce.data.batching import collate
+    from transduce.decoding import greedy
+
+    transducer = Transducer.from_checkpoint(learned, "cuda")
+    model = transducer.model
+    words = [line.split("\t")[0].split() for line in _inputs(copy)[:64]]
+    batch = collate([transducer.vocabs["source"].encode(word) for word in words]).to("cuda")
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            found = greedy(model, batch)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    steps = max(len(h.tokens) for h in found) + 1
+    assert len(found) == len(words)
+    # one copy a step, and one put of the kept rows when some finish (at most a step each)
+    # and the start's; before, 3 a step (the limits put, the scores and tokens copied)
+    assert len(syncs) <= 2 * steps + 4, (len(syncs), steps)
+
+
 def test_a_run_resumes_on_the_gpu(copy, tmp_path):
     data = gpu_recipe(copy, TINY_LSTM, precision="fp16", max_updates=8, validate_every=4)
     straight = train(tmp_path / "straight", data)

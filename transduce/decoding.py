@@ -65,18 +65,22 @@ def greedy(
     state = model.init_state(batch)
     device = batch.source.device
     active = torch.arange(size)  # original rows still decoding
+    row_limits = limits.to(device)  # the active rows' limits, on the device
     previous = torch.full((size,), BOS_ID, dtype=torch.long, device=device)
     scores = torch.zeros(size, dtype=torch.float64)
     outputs: list[list[int]] = [[] for _ in range(size)]
     results: list[Hypothesis | None] = [None] * size
     for t in range(int(limits.max()) + 1):
         log_probs, state = _step_log_probs(model, state, previous)
-        at_limit = (limits[active] <= t).to(device)  # rows that must end now
+        at_limit = row_limits <= t  # rows that must end now
         best_score, best = log_probs.max(dim=-1)  # B
         best = torch.where(at_limit, torch.full_like(best, EOS_ID), best)
         best_score = torch.where(at_limit, log_probs[:, EOS_ID], best_score)
-        scores[active] += best_score.double().cpu()
-        tokens = best.tolist()
+        # one copy to the host a step (a GPU waits once, not twice): ids < 2^53 are exact
+        # in float64
+        host = torch.stack([best.double(), best_score.double()]).cpu()  # 2 x B
+        scores[active] += host[1]
+        tokens = host[0].long().tolist()
         keep = []
         for row, (original, token) in enumerate(zip(active.tolist(), tokens)):
             if token == EOS_ID:
@@ -92,6 +96,7 @@ def greedy(
             rows = torch.tensor(keep, device=device)
             state = select_state(state, rows)
             best = best.index_select(0, rows)
+            row_limits = row_limits.index_select(0, rows)
             active = active[torch.tensor(keep)]
         previous = best
     done = [r for r in results if r is not None]  # every row ends: at EOS or at its limit
