@@ -246,7 +246,7 @@ def env_part(check: Check, device: str) -> None:
 
 
 def tests_part(check: Check, tiny: bool) -> None:
-    seconds = share(check, "tests", tiny, later=3)
+    seconds = share(check, "tests", tiny, later=4)
     command = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-rs", "-p", "no:cacheprovider"]
     code, wall, text = check.run(command, seconds, log=check.out / "tests.log")
     outcomes = {"PASSED": 0, "FAILED": 0, "ERROR": 0, "SKIPPED": 0}
@@ -273,7 +273,7 @@ def tests_part(check: Check, tiny: bool) -> None:
 
 def main_part(check: Check, device: str, tiny: bool, sampler: Sampler, part: str = "main") -> None:
     """The main job (`part` "main"), or the same with `train.compile: true` ("compile")."""
-    seconds = share(check, part, tiny, later=2)
+    seconds = share(check, part, tiny, later=3 if part == "main" else 2)
     run = check.work / part
     shutil.rmtree(run, ignore_errors=True)
     command = [sys.executable, "-m", "transduce", "train", "--config", "g2p", "--out", run]

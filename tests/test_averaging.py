@@ -139,3 +139,20 @@ def test_average_refuses_other_models_and_an_existing_out(run, kept: Path, tmp_p
     result = run("average", one, one, "--out", tmp_path / "taken.pt")
     assert result.exit_code == 2 and "exists" in result.output
     assert (tmp_path / "taken.pt").read_bytes() == b"mine"
+
+
+def test_a_checkpoint_from_before_an_option_averages_with_one_from_after(kept, tmp_path):
+    """A model option added since (here `tag_input`, `attend_tags`) is absent from older
+    checkpoints: at its default it is the same model; at another value it is not."""
+    one = kept / checkpoint.KEPT / checkpoint.kept_name(40)
+    old = checkpoint.load(one)
+    for key in ("tag_input", "attend_tags"):
+        old["config"]["model"].pop(key, None)
+    checkpoint.save(tmp_path / "old.pt", {k: v for k, v in old.items() if k != "path"})
+    averaged = average([one, tmp_path / "old.pt"])
+    assert set(averaged["model"]) == set(old["model"])
+    other = checkpoint.load(one)
+    other["config"]["model"]["tag_input"] = True
+    checkpoint.save(tmp_path / "other.pt", {k: v for k, v in other.items() if k != "path"})
+    with pytest.raises(CheckpointError, match="model options differ"):
+        average([one, tmp_path / "other.pt"])

@@ -1,8 +1,8 @@
 """`train.compile` (transduce.compiling): a compiled run computes what the uncompiled one
 computes, dropout included, and a machine that cannot compile is refused before training.
 On the CPU (pinned): the GPU's compiled path is measured by benchmarks/gpu_check.py. The
-tests that compile are `slow` (`-m slow`): Inductor's first compilation of these models
-takes about two minutes on 2 cores, 20 s once its cache is warm."""
+tests that compile are `slow` (`-m slow`): together they take about two minutes on 2
+cores from a cold Inductor cache (three models), 20 s from a warm one."""
 
 from __future__ import annotations
 

@@ -121,13 +121,42 @@ def _field(payload: dict[str, Any], key: str) -> Any:
     return value
 
 
+def _with_defaults(options: Any, defaults: dict[str, Any]) -> Any:
+    """A checkpoint's options with every option it lacks at its default (recursively)."""
+    if not isinstance(options, dict):
+        return options
+    merged = dict(options)
+    for key, default in defaults.items():
+        value = options.get(key, default)
+        merged[key] = _with_defaults(value, default) if isinstance(default, dict) else value
+    return merged
+
+
+def model_options(payload: dict[str, Any]) -> Any:
+    """`config.model` of a checkpoint with the options added since it was written at their
+    defaults (which keep the old behaviour), so that a checkpoint from before an option
+    and one from after compare equal when they are the same model."""
+    import dataclasses
+
+    from transduce.models import MODELS
+
+    options = _field(payload, "config.model")
+    family = MODELS.get(payload.get("model_name") or "")
+    if family is None or not isinstance(options, dict):
+        return options
+    return _with_defaults(options, dataclasses.asdict(family.Config()))
+
+
 def check_compatible(payloads: list[dict[str, Any]], fields: dict[str, str], why: str) -> None:
     """Raise a `CheckpointError` naming the first checkpoint whose `fields` (dotted keys,
-    with what they are called) differ from the first one's."""
+    with what they are called) differ from the first one's (`config.model` compared with
+    the options a checkpoint lacks at their defaults)."""
     first = payloads[0]
     for payload in payloads[1:]:
         for key, what in fields.items():
             mine, theirs = _field(payload, key), _field(first, key)
+            if key == "config.model":
+                mine, theirs = model_options(payload), model_options(first)
             if key in ABSENT_IS_FALSE:  # a checkpoint older than the option has none
                 mine, theirs = bool(mine), bool(theirs)
             if mine != theirs:

@@ -9,20 +9,25 @@ log-softmax), so fewer kernels run.
 What it computes: the same numbers. Inductor draws random numbers with its own generator
 unless `fallback_random` is set; it is set here, so dropout draws exactly the masks of the
 uncompiled model and a compiled run follows the uncompiled one to rounding
-(tests/test_compiling.py: 40 updates of the LSTM with copy, losses within 1e-5 relative;
-measured 3e-8 on the transformer).
+(tests/test_compiling.py: 40 updates of the LSTM with copy and of the transformer, losses
+within 1e-5 relative; the same to 5 decimals over 330 updates of `small/inflection` and
+60 of the main job's LSTM).
 
-What it costs: the first updates compile (on the CPU 20 to 50 s for the recipes here; the
-compiled code is cached in TorchInductor's cache directory and reused by later runs of the
-same model and shapes), and again when the batch shape changes until PyTorch marks the
-lengths dynamic; evaluation (dev loss) compiles once more. Greedy and beam search call the
-model's `step`, which is not compiled.
+What it costs: the first updates compile (on 2 CPU cores 20 to 60 s per model from a cold
+cache, 5 to 15 s once TorchInductor's cache directory holds the same model's code), and
+again when the batch shape changes until PyTorch marks the lengths dynamic; evaluation
+(dev loss) compiles once more. With input feeding the decoder's loop over the target is
+unrolled, so each target length compiles anew until PyTorch's limit of recompilations,
+after which those calls run uncompiled (slower to start, not faster). Greedy and beam
+search call the model's `step`, which is not compiled.
 
 Measured on the CPU (`benchmarks/device_training.py --device cpu --compile off,on`, and
 side by side in one sitting on the 2-core AMD EPYC of the development machine, 1 thread):
 slower, the LSTM of `small/inflection` 694-744 against 807-811 examples/s, the Rios
 transformer 108-110 against 121-122; so it is off by default. On a GPU it is not measured
-yet: `benchmarks/gpu_check.py` measures it (the `bench` part, compile on and off).
+yet: `benchmarks/gpu_check.py` runs the main job with it (its `compile` part, beside the
+`main` part without), and `benchmarks/device_training.py --compile off,on` compares the
+two side by side.
 
 Inductor needs a C++ compiler on the CPU and Triton on a GPU: without one, the run stops
 before training with a one-line error.
@@ -30,7 +35,6 @@ before training with a one-line error.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 
@@ -41,15 +45,34 @@ from transduce.errors import ConfigError
 
 
 def missing(device: torch.device) -> str | None:
-    """Why torch.compile cannot run on `device` here, or None."""
+    """Why torch.compile cannot run on `device` here, or None: asked of Inductor itself
+    (the compiler it would call, $CXX or g++; Triton and a GPU it supports)."""
     if device.type == "cuda":
-        if importlib.util.find_spec("triton") is None:
-            return "torch.compile on a GPU needs Triton (pip install triton)"
+        try:
+            from torch.utils._triton import has_triton
+        except ImportError:  # another torch's layout: is Triton installed at all
+            import importlib.util
+
+            def has_triton() -> bool:
+                return importlib.util.find_spec("triton") is not None
+
+        if not has_triton():
+            return "torch.compile on a GPU needs Triton and a GPU it supports (capability 7.0+)"
         return None
-    compilers = [os.environ.get("CXX"), "c++", "g++", "clang++"]
-    if not any(c and shutil.which(c) for c in compilers):
-        return "torch.compile on the CPU needs a C++ compiler (g++ or clang++) on PATH"
+    compiler = cpu_compiler()
+    if shutil.which(compiler) is None and not os.path.isfile(compiler):
+        return f"torch.compile on the CPU needs a C++ compiler ($CXX or g++): {compiler} not found"
     return None
+
+
+def cpu_compiler() -> str:
+    """The C++ compiler Inductor calls on the CPU ($CXX, else g++ on Linux)."""
+    try:
+        from torch._inductor import cpp_builder
+
+        return str(cpp_builder.get_cpp_compiler())
+    except (ImportError, AttributeError, RuntimeError, OSError):  # another torch's layout
+        return os.environ.get("CXX") or "g++"
 
 
 def compile_forward(model: nn.Module, device: torch.device) -> None:
@@ -58,7 +81,5 @@ def compile_forward(model: nn.Module, device: torch.device) -> None:
     reason = missing(device)
     if reason is not None:
         raise ConfigError(f"train.compile: {reason}; or set train.compile: false")
-    import torch._inductor.config as inductor
-
-    inductor.fallback_random = True  # dropout: the uncompiled model's masks
-    model.compile()  # nn.Module.compile: its calls go through torch.compile, in place
+    # fallback_random for this model's graphs only: dropout draws the uncompiled masks
+    model.compile(options={"fallback_random": True})  # nn.Module.compile: in place
