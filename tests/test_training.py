@@ -109,11 +109,18 @@ def test_resume_with_other_model_options_is_refused_before_anything_is_written(
         train(tmp_path / "run", other, resume=True)
     assert (tmp_path / "run" / "config.yaml").read_text(encoding="utf-8") == saved
     assert (tmp_path / "run" / checkpoint.LAST).read_bytes() == before
-    # an option newer than the checkpoint (absent from its config) is not compared
+    # an option newer than the checkpoint (absent from its config) is taken at its
+    # default, which kept the old behaviour: the same value resumes, another is refused
     state = checkpoint.load(tmp_path / "run" / checkpoint.LAST)
-    del state["config"]["model"]["dropout"]
+    del state["config"]["model"]["input_feeding"]  # default false, as trained
+    del state["config"]["model"]["dropout"]  # default 0.4; this run's recipe has 0.0
     checkpoint.save(tmp_path / "run" / checkpoint.LAST, state)
-    train(tmp_path / "run", {**data, "train": {**data["train"], "max_updates": 6}}, resume=True)
+    longer = {**data, "train": {**data["train"], "max_updates": 6}}
+    with pytest.raises(ConfigError, match=r"trained with model.dropout 0.4, not 0.0"):
+        train(tmp_path / "run", longer, resume=True)
+    state["config"]["model"]["dropout"] = 0.0
+    checkpoint.save(tmp_path / "run" / checkpoint.LAST, state)
+    train(tmp_path / "run", longer, resume=True)
 
 
 def test_a_local_m_checkpoint_of_transduce_0_2_reads_as_local_m_gaussian():

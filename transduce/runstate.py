@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from transduce import config as configuration
+from transduce.checkpoint import model_options
 from transduce.data.prepare import MANIFEST
 from transduce.distributed import World
 from transduce.errors import CheckpointError, ConfigError, shorten
@@ -246,9 +247,9 @@ def check_resumed(config: configuration.Config, saved: dict[str, Any]) -> list[s
     the model must be the configured one, since its options shape the weights and what
     they compute (e.g. `local_m` of transduce < 0.3 is `local_m_gaussian` now,
     `checkpoint.upgrade`): a `ConfigError` names the option (one newer than the
-    checkpoint is not compared: its default keeps the old behaviour). A changed dev
-    subset is allowed, with a warning (returned)."""
-    trained = saved["config"].get("model", {})
+    checkpoint is taken at its default, which keeps the old behaviour, so only another
+    value is refused). A changed dev subset is allowed, with a warning (returned)."""
+    trained = model_options(saved) or saved["config"].get("model", {})
     wanted = configuration.resolved(config)["model"]
     for key in sorted(trained):
         if trained.get(key) != wanted.get(key):
