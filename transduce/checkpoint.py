@@ -144,7 +144,8 @@ def model_options(payload: dict[str, Any]) -> Any:
     family = MODELS.get(payload.get("model_name") or "")
     if family is None or not isinstance(options, dict):
         return options
-    return _with_defaults(options, dataclasses.asdict(family.Config()))
+    defaults: Any = family.Config()  # a dataclass (every family's Config is one)
+    return _with_defaults(options, dataclasses.asdict(defaults))
 
 
 def check_compatible(payloads: list[dict[str, Any]], fields: dict[str, str], why: str) -> None:

@@ -48,21 +48,24 @@ def missing(device: torch.device) -> str | None:
     """Why torch.compile cannot run on `device` here, or None: asked of Inductor itself
     (the compiler it would call, $CXX or g++; Triton and a GPU it supports)."""
     if device.type == "cuda":
-        try:
-            from torch.utils._triton import has_triton
-        except ImportError:  # another torch's layout: is Triton installed at all
-            import importlib.util
-
-            def has_triton() -> bool:
-                return importlib.util.find_spec("triton") is not None
-
-        if not has_triton():
+        if not triton_runs():
             return "torch.compile on a GPU needs Triton and a GPU it supports (capability 7.0+)"
         return None
     compiler = cpu_compiler()
     if shutil.which(compiler) is None and not os.path.isfile(compiler):
         return f"torch.compile on the CPU needs a C++ compiler ($CXX or g++): {compiler} not found"
     return None
+
+
+def triton_runs() -> bool:
+    """Whether Inductor can generate GPU code here (Triton, and a GPU it supports)."""
+    try:
+        from torch.utils._triton import has_triton
+    except ImportError:  # another torch's layout: is Triton installed at all
+        import importlib.util
+
+        return importlib.util.find_spec("triton") is not None
+    return bool(has_triton())
 
 
 def cpu_compiler() -> str:
