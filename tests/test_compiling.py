@@ -1,15 +1,13 @@
 """`train.compile` (transduce.compiling): a compiled run computes what the uncompiled one
 computes, dropout included, and a machine that cannot compile is refused before training.
-On the CPU (pinned): the GPU's compiled path is measured by benchmarks/gpu_check.py. The
-tests that compile are `slow` (`-m slow`): together they take about two minutes on 2
-cores from a cold Inductor cache (three models), 20 s from a warm one."""
+On the CPU (pinned): the GPU's compiled path is measured by benchmarks/gpu_check.py
+(its compile part: tests/test_gpu_check.py). The tests that compile are `slow` (`-m
+slow`): together they take about two minutes on 2 cores from a cold Inductor cache, 20 s
+from a warm one."""
 
 from __future__ import annotations
 
 import itertools
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,6 @@ from transduce.errors import ConfigError
 from transduce.preflight import preflight
 from transduce.training import Trainer
 
-from .conftest import REPO, transduce_env
 from .toy import TINY_LSTM, TINY_TRANSFORMER, recipe, write_task
 
 CPU = torch.device("cpu")
@@ -83,22 +80,3 @@ def test_no_compiler_is_refused_in_one_line_before_training(copy, monkeypatch):
     with pytest.raises(ConfigError, match=r"^train\.compile: torch\.compile on the CPU needs"):
         preflight(config)
     preflight(configuration.parse(settings(copy, TINY_LSTM, False)))  # off: nothing needed
-
-
-@pytest.mark.slow
-@needs_compiler
-def test_gpu_check_runs_the_main_job_compiled(tmp_path):
-    out = tmp_path / "check"
-    done = subprocess.run(
-        [
-            sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--device", "cpu",
-            "--tiny", "--out", str(out), "--parts", "compile", "--minutes", "3",
-        ],
-        capture_output=True, text=True, env=transduce_env(), timeout=400, cwd=REPO,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    (line,) = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
-    assert line["part"] == "compile" and line["exit"] == 0 and line["updates"] == 10
-    config = (out / "work" / "compile" / "config.yaml").read_text(encoding="utf-8")
-    assert "compile: true" in config
-    assert "| compile | wall " in (out / "summary.md").read_text()

@@ -6,19 +6,31 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from transduce import compiling
 
 from .conftest import REPO, transduce_env
 
 
-def test_gpu_check_streams_its_results_and_a_summary(tmp_path):
-    out = tmp_path / "check"
-    done = subprocess.run(
+def tiny_check(out: Path, parts: str, minutes: int) -> subprocess.CompletedProcess:
+    """`gpu_check.py --device cpu --tiny` with these parts, its files in `out`."""
+    return subprocess.run(
         [
             sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--device", "cpu",
-            "--tiny", "--out", str(out), "--parts", "env,main", "--minutes", "2",
+            "--tiny", "--out", str(out), "--parts", parts, "--minutes", str(minutes),
         ],
-        capture_output=True, text=True, env=transduce_env(), timeout=300, cwd=REPO,
+        capture_output=True, text=True, env=transduce_env(), timeout=100 * minutes + 100,
+        cwd=REPO,
     )  # fmt: skip
+
+
+def test_gpu_check_streams_its_results_and_a_summary(tmp_path):
+    out = tmp_path / "check"
+    done = tiny_check(out, "env,main", 2)
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [line["part"] for line in lines] == ["env", "main"]
@@ -30,3 +42,18 @@ def test_gpu_check_streams_its_results_and_a_summary(tmp_path):
     assert "| env |" in summary and "| main | wall " in summary
     assert summary in done.stdout  # printed at the end too
     assert (out / "log.txt").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    compiling.missing(torch.device("cpu")) is not None, reason="no C++ compiler for Inductor"
+)
+def test_gpu_check_runs_the_main_job_compiled(tmp_path):
+    out = tmp_path / "check"
+    done = tiny_check(out, "compile", 3)
+    assert done.returncode == 0, done.stderr
+    (line,) = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert line["part"] == "compile" and line["exit"] == 0 and line["updates"] == 10
+    config = (out / "work" / "compile" / "config.yaml").read_text(encoding="utf-8")
+    assert "compile: true" in config
+    assert "| compile | wall " in (out / "summary.md").read_text()
