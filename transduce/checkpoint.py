@@ -16,6 +16,7 @@ tensors, so that loading it runs no pickled code:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -27,6 +28,7 @@ from transduce import runs
 from transduce.errors import CheckpointError, ConfigError, TransduceError
 from transduce.faults import fault_point
 from transduce.io import atomic_binary, atomic_write_text, remove, sha256_file, stale_temporaries
+from transduce.models import MODELS
 
 FORMAT = "transduce.checkpoint/1"
 BEST, LAST = runs.BEST, runs.LAST
@@ -136,9 +138,6 @@ def model_options(payload: dict[str, Any]) -> Any:
     """`config.model` of a checkpoint with the options added since it was written at their
     defaults (which keep the old behaviour), so that a checkpoint from before an option
     and one from after compare equal when they are the same model."""
-    import dataclasses
-
-    from transduce.models import MODELS
 
     options = _field(payload, "config.model")
     family = MODELS.get(payload.get("model_name") or "")

@@ -296,7 +296,7 @@ class LSTMModel(Copying, Seq2SeqModel):
 
     def forward(self, batch: Batch) -> Seq2SeqOutput:
         memory, keys = self.encode(batch)
-        mask = self._attended(batch.source)
+        mask = self._attended(batch)
         if self.config.input_feeding:  # eq. (14): each step needs the previous step's f
             state = self._initial(batch, memory, keys)
             steps = []
@@ -343,11 +343,12 @@ class LSTMModel(Copying, Seq2SeqModel):
         bag = (embedded * self._tag_positions(source).unsqueeze(-1)).sum(dim=1)  # B x E
         return torch.relu(self.tag_projection(bag))
 
-    def _attended(self, source: Tensor) -> Tensor:
-        """B x S: the positions attention (and copy) read: every real one, or with
-        `attend_tags: false` the real ones that are not tags."""
-        mask = source != PAD_ID
-        return mask if self.config.attend_tags else mask & ~self._tag_positions(source)
+    def _attended(self, batch: Batch) -> Tensor:
+        """B x S: the positions attention (and copy) read: every real one (the source
+        mask), or with `attend_tags: false` the real ones that are not tags."""
+        if self.config.attend_tags:
+            return batch.source_mask
+        return batch.source_mask & ~self._tag_positions(batch.source)
 
     @staticmethod
     def _last(mask: Tensor) -> Tensor:
@@ -382,7 +383,7 @@ class LSTMModel(Copying, Seq2SeqModel):
         state = {
             "projected": projected,
             "keys": wide(keys),
-            "mask": self._attended(batch.source),
+            "mask": self._attended(batch),
             "h": h,
             "c": cell,
         }
