@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(pytest.mark.skip(reason=NO_GPU))
+
+
+@pytest.fixture
+def inductor_cache(monkeypatch) -> None:
+    """TorchInductor's cache apart for each ATEN_CPU_CAPABILITY: its cache keys leave the
+    variable out, so code compiled under one setting was reused under another and failed
+    to build (seen with `default` after runs without it); a machine keeps one setting."""
+    capability = os.environ.get("ATEN_CPU_CAPABILITY", "native")
+    user = os.environ.get("USER", "user")
+    where = Path(tempfile.gettempdir()) / f"transduce-inductor-{user}-{capability}"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(where))
 
 
 def transduce_env() -> dict[str, str]:

@@ -25,6 +25,7 @@ CPU = torch.device("cpu")
 needs_compiler = pytest.mark.skipif(
     compiling.missing(CPU) is not None, reason=str(compiling.missing(CPU))
 )
+pytestmark = pytest.mark.usefixtures("inductor_cache")
 LSTM_COPY = {**TINY_LSTM, "copy": True, "dropout": 0.3}
 TRANSFORMER = {**TINY_TRANSFORMER, "dropout": 0.3}
 

@@ -48,6 +48,7 @@ def test_gpu_check_streams_its_results_and_a_summary(tmp_path):
 @pytest.mark.skipif(
     compiling.missing(torch.device("cpu")) is not None, reason="no C++ compiler for Inductor"
 )
+@pytest.mark.usefixtures("inductor_cache")
 def test_gpu_check_runs_the_main_job_compiled(tmp_path):
     out = tmp_path / "check"
     done = tiny_check(out, "compile", 3)

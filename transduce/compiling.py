@@ -30,7 +30,9 @@ yet: `benchmarks/gpu_check.py` runs the main job with it (its `compile` part, be
 two side by side.
 
 Inductor needs a C++ compiler on the CPU and Triton on a GPU: without one, the run stops
-before training with a one-line error.
+before training with a one-line error. Its cache keys leave ATEN_CPU_CAPABILITY out: after
+changing that variable, point TORCHINDUCTOR_CACHE_DIR elsewhere (seen here: code cached
+without it failed to build under `default`; the tests keep a cache per setting).
 """
 
 from __future__ import annotations
