@@ -175,6 +175,35 @@ def test_padding_is_left_out():
     assert stats.loss(0) == pytest.approx((1 / 3 + 1 / 3) / 5)
 
 
+def test_sums_over_batches_add_up_and_a_sentence_without_counted_positions_is_left_out():
+    # the running sums stay on the device and are read when asked for: after each batch
+    # alone, and after both, the counts and sums are those of the parts
+    a, b, both = (MonotonicityStats(["attention"], 0.0) for _ in range(3))
+    for matrix, alone in ((REVERSED, a), (DIAGONAL, b)):
+        alone.add(*one(matrix))
+        both.add(*one(matrix))
+        assert both.tokens == alone.tokens + (3 if alone is b else 0)  # read between batches
+    assert both.pairs == a.pairs + b.pairs == 4 and both.tokens == 6 and both.sentences == 2
+    for name in ("cost", "monotone", "rising", "cost_authors"):
+        assert getattr(both, name)[0] == pytest.approx(getattr(a, name)[0] + getattr(b, name)[0])
+    assert both.percent(0) == pytest.approx(50.0)  # the diagonal's 2 pairs of 4
+    assert both.monotone == [2] and both.percent_authors(0) == pytest.approx(100 * (0 + 2 / 3) / 2)
+    # a batch of the reversed sentence and one of tags only ([8, <sep>]: no counted
+    # position): the second adds its tokens but no sentence to the authors' measures
+    attention = torch.zeros(2, 1, 3, 3, dtype=torch.float64)
+    attention[0, 0] = REVERSED
+    attention[1, 0, :, 0] = 1.0
+    source = torch.tensor([[7, 7, 7], [8, SEP_ID, 0]])
+    target_mask = torch.ones(2, 3, dtype=torch.bool)
+    mixed = MonotonicityStats(["attention"], 0.0)
+    mixed.add(attention, source, source != 0, target_mask)
+    assert mixed.sentences == 1 and mixed.tokens == 6
+    assert mixed.percent_authors(0) == pytest.approx(a.percent_authors(0))
+    assert mixed.loss_authors(0) == pytest.approx(a.loss_authors(0))
+    empty = MonotonicityStats(["x", "y"], 0.0).summary()
+    assert empty["overall"] == {"mono": 0.0, "loss": 0.0, "mono_authors": 0.0, "loss_authors": 0.0}
+
+
 def test_positions_left_of_the_separator_are_left_out():
     # tags t1 t2 <sep> l1 l2 l3: |X| = 3. Step 1 puts half its mass on a tag: renormalized
     # over the lemma it is at l1 (a = 1); step 2 at l3 (a = 3); step 3 at l2 (a = 2).

@@ -381,3 +381,25 @@ def test_the_two_metric_rule_by_hand(tasks, tmp_path: Path):
     assert progress.improved_by({"per": 9.0, "acc": 51.0}, wu)
     assert not progress.improved_by({"per": 11.0, "acc": 60.0}, wu)
     assert Progress().improved_by({"per": 99.0, "acc": 0.0}, wu)  # the first one
+
+
+def test_dev_loss_is_the_mean_over_every_dev_token(tmp_path):
+    """`dev_loss` sums on the device and reads once: it equals the negative log-likelihood
+    of each dev pair decoded alone (a batch of one), summed and divided by the number of
+    target tokens (each pair's symbols and its end symbol)."""
+    from transduce.data.batching import collate
+
+    prepared = write_task(tmp_path, "reverse", n=200)
+    data = recipe(prepared, TINY_LSTM, max_updates=1, device="cpu", dev_batch_size=7)
+    trainer = Trainer(configuration.parse(data), tmp_path / "run")
+    state = trainer.setup()
+    model, loaded = state.model, state.data
+    loss, _ = trainer.task.dev_loss(model, loaded)
+    model.eval()
+    total, tokens = 0.0, 0
+    with torch.inference_mode():
+        for source, target in loaded.dev:
+            batch = collate([source], [target])
+            total += float(model.loss(batch, model(batch))["nll"]) * (len(target) + 1)
+            tokens += len(target) + 1
+    assert len(loaded.dev) > 7 and loss == pytest.approx(total / tokens, rel=1e-5)

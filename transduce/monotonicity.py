@@ -47,7 +47,6 @@ position 0, and the attention is not renormalized; |X| is the lemma's length.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -205,27 +204,56 @@ def monotonicity_loss(
     return costs.sum(dim=(0, 2)).mean() / tokens
 
 
-@dataclass
 class MonotonicityStats:
-    """Running sums over batches, per mechanism: the loss and %mono of a dataset."""
+    """Running sums over batches, per mechanism: the loss and %mono of a dataset.
 
-    names: list[str]
-    delta: float
-    reverse: bool = False
-    cost: list[float] = field(default_factory=list)  # sum of c_i, per mechanism
-    monotone: list[int] = field(default_factory=list)  # pairs with c_i = 0, per mechanism
-    pairs: int = 0
-    tokens: int = 0
-    # the authors' scale: sums over sentences of per-sentence values, per mechanism
-    rising: list[float] = field(default_factory=list)  # pairs with d_i < 0, / |Y|
-    cost_authors: list[float] = field(default_factory=list)  # sum of max(d_i, 0), / |Y|
-    sentences: int = 0
+    The sums stay on the attention's device as one float64 vector (K sums of c_i, K counts
+    of pairs with c_i = 0, K sums of the authors' rising pairs / |Y| and of their
+    max(d_i, 0) / |Y|, then the pairs, tokens and sentences counted) and are read to the
+    host once, when a measure is asked for: a validation on a GPU waits for the device at
+    the end, not after every batch (issue 32)."""
 
-    def __post_init__(self) -> None:
-        self.cost = self.cost or [0.0] * len(self.names)
-        self.monotone = self.monotone or [0] * len(self.names)
-        self.rising = self.rising or [0.0] * len(self.names)
-        self.cost_authors = self.cost_authors or [0.0] * len(self.names)
+    def __init__(self, names: list[str], delta: float, reverse: bool = False) -> None:
+        self.names, self.delta, self.reverse = names, delta, reverse
+        self._sums: Tensor | None = None  # 4K + 3, on the device; None before any batch
+        self._host: list[float] | None = None  # the sums as read, until the next batch
+
+    def _read(self) -> list[float]:
+        if self._host is None:
+            k = len(self.names)
+            self._host = [0.0] * (4 * k + 3) if self._sums is None else self._sums.tolist()
+        return self._host
+
+    @property
+    def cost(self) -> list[float]:  # sum of c_i, per mechanism
+        return self._read()[: len(self.names)]
+
+    @property
+    def monotone(self) -> list[int]:  # pairs with c_i = 0, per mechanism
+        k = len(self.names)
+        return [round(v) for v in self._read()[k : 2 * k]]
+
+    @property
+    def rising(self) -> list[float]:  # the authors' scale: pairs with d_i < 0, / |Y|
+        k = len(self.names)
+        return self._read()[2 * k : 3 * k]
+
+    @property
+    def cost_authors(self) -> list[float]:  # the authors' scale: sum of max(d_i, 0), / |Y|
+        k = len(self.names)
+        return self._read()[3 * k : 4 * k]
+
+    @property
+    def pairs(self) -> int:
+        return round(self._read()[-3])
+
+    @property
+    def tokens(self) -> int:
+        return round(self._read()[-2])
+
+    @property
+    def sentences(self) -> int:
+        return round(self._read()[-1])
 
     def add(self, attention: Tensor, source: Tensor, source_mask: Tensor, target_mask: Tensor):
         """Add a batch (attention B x K x T x S of the K mechanisms of `names`)."""
@@ -253,15 +281,18 @@ class MonotonicityStats:
         scaled = theirs * x.clamp(min=1)[:, None, None]  # B x K x (T-1)
         rising = ((scaled < 0) & mask).sum(dim=2) / steps  # B x K
         cost_authors = (scaled.clamp(min=0) * mask).sum(dim=2) / steps  # B x K
-        sentences = x > 0  # a sentence with no counted position is left out
-        for k in range(len(self.names)):
-            self.cost[k] += float(costs[k])
-            self.monotone[k] += int(flat[:, k].sum())
-            self.rising[k] += float(rising[sentences, k].sum())
-            self.cost_authors[k] += float(cost_authors[sentences, k].sum())
-        self.pairs += int(pairs.sum())
-        self.tokens += int(target_mask.sum())
-        self.sentences += int(sentences.sum())
+        sentences = (x > 0).to(terms.dtype)  # a sentence with no counted position is left out
+        batch = torch.cat(
+            [
+                costs,
+                flat.sum(dim=(0, 2)).to(terms.dtype),
+                (rising * sentences[:, None]).sum(dim=0),
+                (cost_authors * sentences[:, None]).sum(dim=0),
+                torch.stack([pairs.sum(), target_mask.sum(), sentences.sum()]).to(terms.dtype),
+            ]
+        )
+        self._sums = batch if self._sums is None else self._sums + batch
+        self._host = None
 
     def loss(self, k: int) -> float:
         return self.cost[k] / max(self.tokens, 1)

@@ -213,7 +213,8 @@ class Seq2SeqTask(Task[TaskData, Seq2SeqModel]):
         s2s = model
         mechanisms = self.mechanisms(s2s)
         model.eval()
-        total, count = 0.0, 0
+        # running sums on the device, read once at the end (no wait for the device per batch)
+        total, count = torch.zeros((), dtype=torch.float64, device=self.device), 0
         m = self.config.loss.monotonicity
         names = [s2s.attention_names[k] for k in mechanisms]
         stats = MonotonicityStats(names, m.margin, m.reverse)
@@ -224,9 +225,9 @@ class Seq2SeqTask(Task[TaskData, Seq2SeqModel]):
                     self.device
                 )
                 assert batch.target_mask is not None  # collated with targets
-                tokens_ = int(batch.target_mask.sum())
+                tokens_ = sum(lengths[i][1] for i in chunk) + len(chunk)  # with each end symbol
                 output = s2s(batch)
-                total += float(model.loss(batch, output)["nll"]) * tokens_
+                total += model.loss(batch, output)["nll"].double() * tokens_
                 count += tokens_
                 stats.add(
                     output.attention[:, mechanisms],
@@ -235,7 +236,7 @@ class Seq2SeqTask(Task[TaskData, Seq2SeqModel]):
                     batch.target_mask,
                 )
         model.train()
-        return total / max(count, 1), stats.summary()
+        return float(total) / max(count, 1), stats.summary()
 
     def evaluate(
         self, model: Seq2SeqModel, data: TaskData, evalset: EvalSet
