@@ -18,13 +18,19 @@ transformer (4 + 4 layers, d 256, 4 heads, ff 1024) at batch 400; 2 threads.
   same machine; `--peer-file FILE` takes the JSON lines that peer.sh printed just before
   (the report says which, and the file's age); `--peer none` leaves them out.
 
-Each of ours and the ceiling runs in its own process (so its peak RSS is its own)
-`--repeats` times and reports the median examples/s; the peer and its plain loop run
-`--peer-repeats` times (default 1: one peer measurement takes minutes). A bf16 row is
-skipped where this CPU cannot run an LSTM in bfloat16 (`transduce.precision.bf16_works`).
+* compiled (`--compile`): ours with `train.compile` (transduce.compiling), warmed up for
+  `COMPILED_WARMUP` updates so that the compilations of new batch shapes fall before the
+  clock starts; its row has `compiled_over_ours`, the ratio of the two medians.
+
+Each of ours, the ceiling (and compiled) runs in its own process (so its peak RSS is its
+own) `--repeats` times, alternating, and reports the median examples/s; the peer and its
+plain loop run `--peer-repeats` times (default 1: one peer measurement takes minutes). A
+bf16 row is skipped where this CPU cannot run an LSTM in bfloat16
+(`transduce.precision.bf16_works`).
 Prints one JSON line.
 
     python benchmarks/train_throughput.py [--repeats 3] [--rows lstm_b20,lstm_b256,...]
+        [--compile] [--peer measure|none | --peer-file FILE]
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ PEER_MODELS = {"lstm": ("lstm", "lstm_fast"), "transformer": ("transformer", "tr
 PEER_STEPS = {"lstm_b20": 120, "lstm_b256": 40, "lstm_b256_bf16": 40, "transformer_b400": 40}
 TARGET_FACTOR = 4.0  # ../shared/BENCHMARKS.md: at least 4x the peer for every model
 WARMUP = 3
+COMPILED_WARMUP = 20  # as benchmarks/device_training.py: compilations before the clock
 
 
 # The LSTM of BENCHMARKS.md (the peer's sizes), shared by the benchmarks of this folder.
@@ -119,21 +126,22 @@ def trainer_setup(data: dict):
     )
 
 
-def timed_updates(data: dict, updates: int) -> tuple[float, float, int]:
-    """Train the recipe `data` with the trainer's own `Trainer.update`: WARMUP updates, then
-    `updates` timed ones. Returns examples/s, seconds per update and the parameter count."""
+def timed_updates(data: dict, updates: int, warmup: int = WARMUP) -> tuple[float, float, int]:
+    """Train the recipe `data` with the trainer's own `Trainer.update`: `warmup` updates,
+    then `updates` timed ones. Returns examples/s, seconds per update and the parameter
+    count."""
     trainer, _, model, _, _, batches = trainer_setup(data)
-    for number, indices in enumerate(batches[:WARMUP], 1):
+    for number, indices in enumerate(batches[:warmup], 1):
         trainer.update(indices, number)
     start, examples = time.perf_counter(), 0
-    for number, indices in enumerate(batches[WARMUP : WARMUP + updates], WARMUP + 1):
+    for number, indices in enumerate(batches[warmup : warmup + updates], warmup + 1):
         trainer.update(indices, number)
         examples += len(indices)
     seconds = time.perf_counter() - start
     return examples / seconds, seconds / updates, model.parameter_count()
 
 
-def ours(prepared: str, row: str) -> float:
+def ours(prepared: str, row: str, compiled: bool = False) -> float:
     from transduce import config as configuration
 
     family, batch_size, updates, bf16 = ROWS[row]
@@ -147,9 +155,10 @@ def ours(prepared: str, row: str) -> float:
             "batch_size": batch_size,
             "precision": "bf16" if bf16 else "fp32",
             "threads": 2,
+            "compile": compiled,
         },
     }
-    return timed_updates(data, updates)[0]
+    return timed_updates(data, updates, COMPILED_WARMUP if compiled else WARMUP)[0]
 
 
 def ceiling(prepared: str, row: str) -> float:
@@ -243,7 +252,10 @@ def ceiling(prepared: str, row: str) -> float:
 
 
 def child(kind: str, prepared: str, row: str) -> None:
-    rate = (ours if kind == "ours" else ceiling)(prepared, row)
+    if kind == "compiled":
+        rate = ours(prepared, row, compiled=True)
+    else:
+        rate = (ours if kind == "ours" else ceiling)(prepared, row)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MB (Linux: KB)
     print(json.dumps({"examples_per_s": rate, "peak_rss_mb": rss}))
 
@@ -329,6 +341,9 @@ def main() -> None:
     )
     parser.add_argument("--peer-file", type=Path, help="JSON lines printed by peer.sh just before")
     parser.add_argument("--peer-bench", type=Path, default=default_peer_bench())
+    parser.add_argument(
+        "--compile", action="store_true", help="also measure ours with train.compile"
+    )
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -349,10 +364,17 @@ def main() -> None:
         if ROWS[row][3] and not bf16_works("cpu"):
             results[row] = {"skipped": "this CPU cannot run an LSTM in bfloat16 (oneDNN)"}
             continue
-        runs: dict[str, list[float]] = {"ours": [], "ceiling": [], "peer": [], "plain": []}
-        rss: dict[str, list[float]] = {"ours": [], "ceiling": [], "peer": []}
+        runs: dict[str, list[float]] = {
+            "ours": [],
+            "ceiling": [],
+            "compiled": [],
+            "peer": [],
+            "plain": [],
+        }
+        rss: dict[str, list[float]] = {"ours": [], "ceiling": [], "compiled": [], "peer": []}
+        kinds = ("ours", "ceiling", "compiled") if args.compile else ("ours", "ceiling")
         for repeat in range(args.repeats):  # alternate, so all see the same machine load
-            for kind in ("ours", "ceiling"):
+            for kind in kinds:
                 measured = measure(kind, prepared, row)
                 runs[kind].append(measured["examples_per_s"])
                 rss[kind].append(measured["peak_rss_mb"])
@@ -377,6 +399,13 @@ def main() -> None:
             "ceiling_runs": [round(r, 1) for r in runs["ceiling"]],
             "ours_peak_rss_mb": round(max(rss["ours"])),
         }
+        if median["compiled"]:
+            entry |= {
+                "compiled_examples_per_s": round(median["compiled"], 1),
+                "compiled_over_ours": round(median["compiled"] / median["ours"], 2),
+                "compiled_runs": [round(r, 1) for r in runs["compiled"]],
+                "compiled_peak_rss_mb": round(max(rss["compiled"])),
+            }
         if median["peer"]:
             entry |= {
                 "peer_examples_per_s": median["peer"],
