@@ -10,7 +10,8 @@ trainer's own `Trainer.update`.
 
 It prints a JSON line as soon as each thing is measured (flushed, so that a run cut short
 still says what it measured): one per run (`"kind": "run"`: examples/s over `--updates`
-timed updates after 5 warm-up updates, the device synchronized before the clock stops;
+timed updates, the batches from number 20 on, after 5 warm-up updates on the batches
+just before, the device synchronized before the clock stops;
 peak memory: on CUDA the most allocated by tensors, `torch.cuda.max_memory_allocated`,
 on the CPU the process's peak RSS; each run in a process of its own), one per recipe and
 precision (`"kind": "summary"`: the median examples/s over `--repeats` runs, the peak
@@ -22,7 +23,8 @@ run on the CPU (2 threads), and the GPU/CPU ratio of examples/s is in the summar
 (transduce.compiling; `"compile"` in each line), the repeats alternating between the two
 so that both see the same machine (the summary of `on` has `compiled_over_uncompiled`, the
 ratio of the medians): a compiled run warms up for `COMPILED_WARMUP` updates, so that the
-compilations for new batch shapes fall before the clock starts.
+compilations for new batch shapes fall before the clock starts; both time the same batches,
+those from number `COMPILED_WARMUP` on.
 """
 
 from __future__ import annotations
@@ -82,12 +84,13 @@ def measure(
     if where.type == "cuda":
         torch.cuda.reset_peak_memory_stats(where)
     number = 0
+    # compiled or not, the same batches are timed (from COMPILED_WARMUP on)
     warmup = COMPILED_WARMUP if compiled else WARMUP
-    for indices in batches[:warmup]:
+    for indices in batches[COMPILED_WARMUP - warmup : COMPILED_WARMUP]:
         number += 1
         trainer.update(indices, number)
     synchronize(where)
-    timed = batches[warmup : warmup + updates]
+    timed = batches[COMPILED_WARMUP : COMPILED_WARMUP + updates]
     start = time.perf_counter()
     for indices in timed:
         number += 1
@@ -128,12 +131,13 @@ def busy_fraction(
     if where.type != "cuda":
         return None
     warmup = COMPILED_WARMUP if compiled else WARMUP
-    for number, indices in enumerate(batches[:warmup], 1):
+    for number, indices in enumerate(batches[COMPILED_WARMUP - warmup : COMPILED_WARMUP], 1):
         trainer.update(indices, number)
     synchronize(where)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
-        for number, indices in enumerate(batches[warmup : warmup + updates], warmup + 1):
+        timed = batches[COMPILED_WARMUP : COMPILED_WARMUP + updates]
+        for number, indices in enumerate(timed, warmup + 1):
             trainer.update(indices, number)
         synchronize(where)
         wall = time.perf_counter() - start

@@ -189,10 +189,11 @@ def test_sums_over_batches_add_up_and_a_sentence_without_counted_positions_is_le
     assert both.percent(0) == pytest.approx(50.0)  # the diagonal's 2 pairs of 4
     assert both.monotone == [2] and both.percent_authors(0) == pytest.approx(100 * (0 + 2 / 3) / 2)
     # a batch of the reversed sentence and one of tags only ([8, <sep>]: no counted
-    # position): the second adds its tokens but no sentence to the authors' measures
+    # position): the second adds its tokens but no sentence, and nothing of its attention
+    # (here not a number), to the authors' measures
     attention = torch.zeros(2, 1, 3, 3, dtype=torch.float64)
     attention[0, 0] = REVERSED
-    attention[1, 0, :, 0] = 1.0
+    attention[1, 0] = float("nan")  # whatever it holds: nothing of it is counted
     source = torch.tensor([[7, 7, 7], [8, SEP_ID, 0]])
     target_mask = torch.ones(2, 3, dtype=torch.bool)
     mixed = MonotonicityStats(["attention"], 0.0)

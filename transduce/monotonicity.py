@@ -281,14 +281,14 @@ class MonotonicityStats:
         scaled = theirs * x.clamp(min=1)[:, None, None]  # B x K x (T-1)
         rising = ((scaled < 0) & mask).sum(dim=2) / steps  # B x K
         cost_authors = (scaled.clamp(min=0) * mask).sum(dim=2) / steps  # B x K
-        sentences = (x > 0).to(terms.dtype)  # a sentence with no counted position is left out
+        kept = (x > 0)[:, None]  # B x 1: a sentence with no counted position is left out
         batch = torch.cat(
             [
                 costs,
                 flat.sum(dim=(0, 2)).to(terms.dtype),
-                (rising * sentences[:, None]).sum(dim=0),
-                (cost_authors * sentences[:, None]).sum(dim=0),
-                torch.stack([pairs.sum(), target_mask.sum(), sentences.sum()]).to(terms.dtype),
+                torch.where(kept, rising, 0.0).sum(dim=0),
+                torch.where(kept, cost_authors, 0.0).sum(dim=0),
+                torch.stack([pairs.sum(), target_mask.sum(), kept.sum()]).to(terms.dtype),
             ]
         )
         self._sums = batch if self._sums is None else self._sums + batch
