@@ -953,6 +953,32 @@ def test_a_failed_ensemble_is_reported_and_the_others_go_on(ensembled, tmp_path)
     assert "1 of 2 ensembles decoded; not decoded: lstm.copy" in result.stderr
 
 
+def test_members_written_before_a_decode_option_existed_decode_as_one(ensembled, tmp_path):
+    """A member whose train.json has no `decode.prob_mass` (trained before the option
+    existed, so decoded with its default) and one with it form one ensemble; a member with
+    another beam does not."""
+    import shutil
+
+    path, source = ensembled
+    out = shutil.copytree(source, tmp_path / "exp")
+    shutil.rmtree(out / "ensembles")
+    older = out / "runs" / "lstm.copy.seed1" / "train.json"
+    record = json.loads(older.read_text())
+    assert record["config"]["decode"].pop("prob_mass") is None
+    older.write_text(json.dumps(record))
+    other = out / "runs" / "lstm.reverse.seed2" / "train.json"
+    record = json.loads(other.read_text())
+    record["config"]["decode"]["beam"] = 3
+    other.write_text(json.dumps(record))
+    result = run_experiment("run", path, "--out", out, cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (out / "ensembles" / "lstm.copy" / "ensemble.json").is_file()
+    assert (
+        "ensemble lstm.reverse: lstm.reverse.seed2 decodes otherwise than lstm.reverse.seed1"
+        in result.stderr
+    )
+
+
 def test_ensemble_rows_by_hand(tmp_path):
     """n = 1 and no std per dataset; the average only where every dataset has its
     ensemble; an ensemble.json that does not name the members as they are is not shown."""
