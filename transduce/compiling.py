@@ -24,7 +24,10 @@ search call the model's `step`, which is not compiled.
 Measured on the CPU (`benchmarks/device_training.py --device cpu --compile off,on`, and
 side by side in one sitting on the 2-core AMD EPYC of the development machine, 1 thread):
 slower, the LSTM of `small/inflection` 694-744 against 807-811 examples/s, the Rios
-transformer 108-110 against 121-122; so it is off by default. On a GPU it is not measured
+transformer 108-110 against 121-122; quiet, at 2 threads (`benchmarks/train_throughput.py
+--compile`, median of 3), compiled over uncompiled 1.07 for the benchmark LSTM at batch 20
+(within the spread of the runs), 0.97 at batch 256, 0.82 in bf16, 0.88 for the
+transformer at batch 400; so it is off by default. On a GPU it is not measured
 yet: `benchmarks/gpu_check.py` runs the main job with it (its `compile` part, beside the
 `main` part without), and `benchmarks/device_training.py --compile off,on` compares the
 two side by side.
