@@ -123,14 +123,15 @@ def _field(payload: dict[str, Any], key: str) -> Any:
     return value
 
 
-def _with_defaults(options: Any, defaults: dict[str, Any]) -> Any:
-    """A checkpoint's options with every option it lacks at its default (recursively)."""
+def with_defaults(options: Any, defaults: dict[str, Any]) -> Any:
+    """Options written by an earlier version (a checkpoint's, a run's train.json) with
+    every option they lack at its default (recursively)."""
     if not isinstance(options, dict):
         return options
     merged = dict(options)
     for key, default in defaults.items():
         value = options.get(key, default)
-        merged[key] = _with_defaults(value, default) if isinstance(default, dict) else value
+        merged[key] = with_defaults(value, default) if isinstance(default, dict) else value
     return merged
 
 
@@ -138,13 +139,12 @@ def model_options(payload: dict[str, Any]) -> Any:
     """`config.model` of a checkpoint with the options added since it was written at their
     defaults (which keep the old behaviour), so that a checkpoint from before an option
     and one from after compare equal when they are the same model."""
-
     options = _field(payload, "config.model")
     family = MODELS.get(payload.get("model_name") or "")
     if family is None or not isinstance(options, dict):
         return options
     defaults: Any = family.Config()  # a dataclass (every family's Config is one)
-    return _with_defaults(options, dataclasses.asdict(defaults))
+    return with_defaults(options, dataclasses.asdict(defaults))
 
 
 def check_compatible(payloads: list[dict[str, Any]], fields: dict[str, str], why: str) -> None:

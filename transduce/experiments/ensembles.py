@@ -170,17 +170,6 @@ def test_split(directory: Path, cell: str, report: RunReport) -> Path | None:
     return None
 
 
-def _decode_options(options: Any) -> Any:
-    """A run's `decode:` section with today's defaults filled in: a run trained before a
-    decode option existed wrote none of it, and decodes as the default says. A section
-    this version cannot read is compared as written."""
-    from transduce import config as configuration
-
-    errors: list[str] = []
-    built = configuration.build(configuration.DecodeConfig, options, "decode", errors)
-    return options if built is None else configuration.to_dict(built)
-
-
 def build(directory: Path, group: Group, device: str | None = None) -> dict[str, Any]:
     """Decode the group's test split with its members as one ensemble, score it as a run
     scores its test split, and write test.predictions and ensemble.json; the record.
@@ -193,6 +182,8 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
     import torch
 
     from transduce import checkpoint
+    from transduce.checkpoint import with_defaults
+    from transduce.config import DecodeConfig
     from transduce.inference import Transducer
     from transduce.io import atomic_write_text
     from transduce.reporting import versions, write_json
@@ -208,7 +199,9 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
     for member, digest in test_hashes.items():
         if digest != test_hashes[first]:
             raise TransduceError(f"{where}: {member} was tested on another test split than {first}")
-    decodes = {m: _decode_options(r.config.get("decode")) for m, r in reports.items()}
+    # a run trained before a decode option existed wrote none of it: at its default
+    defaults = dataclasses.asdict(DecodeConfig())
+    decodes = {m: with_defaults(r.config.get("decode"), defaults) for m, r in reports.items()}
     for member, options in decodes.items():
         if options != decodes[first]:
             raise TransduceError(f"{where}: {member} decodes otherwise than {first} (decode:)")
