@@ -979,6 +979,99 @@ def test_members_written_before_a_decode_option_existed_decode_as_one(ensembled,
     )
 
 
+def test_an_ensemble_scores_the_dev_split_as_a_validation_does(ensembled, tmp_path):
+    """ensemble.json's dev scores: those of `transduce decode RUN_1 RUN_2 dev.tsv` scored
+    against dev.tsv; an ensemble of one run has exactly that run's best validation (the
+    dev split is decoded and scored as a validation does); `report --dev` shows them."""
+    from transduce.experiments import ensembles
+    from transduce.runs import RunReport
+    from transduce.scoring import ScoreRequest, score_request
+
+    _, source = ensembled
+    for dataset in ("copy", "reverse"):
+        members = [f"lstm.{dataset}.seed{s}" for s in (1, 2)]
+        record = json.loads(
+            (source / "ensembles" / f"lstm.{dataset}" / "ensemble.json").read_text()
+        )
+        trained = json.loads((source / "runs" / members[0] / "train.json").read_text())
+        assert record["dev_sha256"] == trained["data"]["outputs"]["dev.tsv"]
+        dev = Path(trained["data"]["directory"]) / "dev.tsv"
+        decoded = subprocess.run(
+            [sys.executable, "-m", "transduce", "decode", *(source / "runs" / m for m in members),
+             dev, "--input-format", "tsv", "--beam", "2"],
+            capture_output=True, text=True, env=transduce_env(), check=True,
+        ).stdout  # fmt: skip
+        (tmp_path / f"{dataset}.dev").write_text(decoded)
+        request = ScoreRequest(
+            str(tmp_path / f"{dataset}.dev"), [str(dev)], ["acc", "per"], ref_col=2
+        )
+        again = score_request(request)[0]["scores"]
+        assert record["dev"]["acc"] == pytest.approx(again["acc"]["value"])
+        assert record["dev"]["per"] == pytest.approx(again["per"]["value"])
+        # one member alone: its own best validation's dev scores
+        alone = ensembles.Group("lstm", dataset, (members[1],), "probability")
+        import shutil
+
+        out = tmp_path / f"one-{dataset}"
+        shutil.copytree(source / "runs" / members[1], out / "runs" / members[1])
+        result = ensembles.build(out, alone)
+        best = report.best_dev(RunReport.from_json(out / "runs" / members[1] / "train.json"))
+        assert {"acc", "per"} <= result["dev"].keys() <= best.keys()
+        assert result["dev"] == pytest.approx({k: best[k] for k in result["dev"]})
+    data = report.table(runner.read_state(source), source, "dev")
+    rows = {(r["system"], r["dataset"], r["metric"]): r for r in data["rows"]}
+    copy = json.loads((source / "ensembles" / "lstm.copy" / "ensemble.json").read_text())
+    assert rows[("lstm (ensemble of 2)", "copy", "acc")]["values"] == [copy["dev"]["acc"]]
+    assert rows[("lstm (ensemble of 2)", "average", "acc")]["n"] == 1
+    text = report.markdown(data)
+    assert "(dev: each run's best validation, each ensemble's dev split)" in text
+    assert "2 of 2 ensembles scored on dev" in text
+
+
+def test_an_ensemble_decoded_before_dev_scores_is_decoded_again(ensembled, tmp_path):
+    """An ensemble.json without `dev` (written before ensembles scored the dev split) still
+    counts for the test table, is named by `report --dev`, and `experiment run` decodes it
+    again (only it); members validated on different dev splits are refused."""
+    import shutil
+
+    from transduce.errors import TransduceError
+    from transduce.experiments import ensembles
+
+    path, source = ensembled
+    out = shutil.copytree(source, tmp_path / "exp")
+    older = out / "ensembles" / "lstm.copy" / "ensemble.json"
+    record = json.loads(older.read_text())
+    del record["dev"], record["dev_sha256"]
+    older.write_text(json.dumps(record))
+    assert report.table(runner.read_state(out), out)["ensembles_done"] == 2
+    dev = report.table(runner.read_state(out), out, "dev")
+    assert dev["ensembles_done"] == 1 and dev["ensembles_not_done"] == ["lstm.copy"]
+    assert "1 of 2 ensembles scored on dev; not (not decoded" in report.markdown(dev)
+    again = run_experiment("run", path, "--out", out, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "started the ensemble lstm.copy" in again.stderr
+    assert "started the ensemble lstm.reverse" not in again.stderr
+    redone = json.loads(older.read_text())
+    assert (
+        redone["dev"]
+        == json.loads((source / "ensembles" / "lstm.copy" / "ensemble.json").read_text())["dev"]
+    )
+    assert (out / "ensembles" / "lstm.copy" / "test.predictions").read_text() == (
+        source / "ensembles" / "lstm.copy" / "test.predictions"
+    ).read_text()
+    # a member validated on another dev split
+    member = out / "runs" / "lstm.reverse.seed2" / "train.json"
+    data = json.loads(member.read_text())
+    data["data"]["outputs"]["dev.tsv"] = "0" * 64
+    member.write_text(json.dumps(data))
+    group = next(g for g in ensembles.groups(runner.read_state(out)) if g.id == "lstm.reverse")
+    with pytest.raises(TransduceError, match=(
+        "ensemble lstm.reverse: lstm.reverse.seed2 was validated on another dev split than "
+        "lstm.reverse.seed1"
+    )):  # fmt: skip
+        ensembles.build(out, group)
+
+
 def test_ensemble_rows_by_hand(tmp_path):
     """n = 1 and no std per dataset; the average only where every dataset has its
     ensemble; an ensemble.json that does not name the members as they are is not shown."""

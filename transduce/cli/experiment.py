@@ -222,8 +222,9 @@ def report_command(
         bool,
         typer.Option(
             "--dev",
-            help="The dev scores of each run's best validation instead of its test scores "
-            "(to choose between systems; no ensembles, references or published numbers).",
+            help="The dev scores of each run's best validation and of each ensemble "
+            "instead of the test scores (to choose between systems; no references or "
+            "published numbers).",
         ),
     ] = False,
     verbosity: Verbosity = None,

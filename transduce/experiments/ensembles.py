@@ -3,20 +3,25 @@
 Once every seed of a (system, dataset) has finished, the seeds' best checkpoints decode
 the test split as one model (`transduce.ensemble`, as `transduce decode RUN_1 RUN_2 ...`),
 with the decoding options of the runs' own `decode` section (beam, length penalty, ...),
-and the output is scored exactly as a run scores its test split (`Task.evaluate`). Each
+and the output is scored exactly as a run scores its test split (`Task.evaluate`). The dev
+split is decoded and scored the same way, as a run's validation scores it, so that what
+the ensemble adds can be read on dev beside its members' best validations (`experiment
+report --dev`) without looking at the test split. Each
 ensemble is `python -m transduce.experiments.ensembles` in a process of its own (its
 output in EXP_DIR/logs/SYSTEM.DATASET.ensemble.log), N at a time, on this machine, and
 writes, in EXP_DIR/ensembles/SYSTEM.DATASET/:
 
     test.predictions   one output per test line, in the test split's order (as a run's)
     ensemble.json      the members (cell ids and their train.json's sha256), the test
-                       split's sha256 (as the members' train.json record it), the test
-                       scores, the decoding options and the mean
+                       and dev splits' sha256 (as the members' train.json record them),
+                       the test and dev scores, the decoding options and the mean
 
 ensemble.json is written last: an ensemble whose ensemble.json names the members as they
 are now (and whose test.predictions is the one it describes) is up to date and is not
 decoded again; a member run again (another train.json) makes it out of date, and the next
-`experiment run` decodes it again. The report reads ensemble.json alone.
+`experiment run` decodes it again. One written before ensembles scored the dev split (no
+`dev` in its ensemble.json) still counts for the test table, and the next `experiment run`
+decodes it again to add the dev scores. The report reads ensemble.json alone.
 """
 
 from __future__ import annotations
@@ -141,6 +146,12 @@ def up_to_date(directory: Path, group: Group, data: dict[str, Any] | None = None
     )
 
 
+def has_dev(data: dict[str, Any] | None) -> bool:
+    """Whether an ensemble.json has the dev scores (one written before ensembles scored
+    the dev split has not)."""
+    return data is not None and isinstance(data.get("dev"), dict)
+
+
 def ready(directory: Path, group: Group) -> bool:
     """Whether every member has finished."""
     return all(finished(directory / RUNS / m) for m in group.members)
@@ -193,12 +204,19 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
     members = fingerprint(directory, group)  # before decoding: a later change redoes it
     reports = {m: _train_report(directory, m) for m in group.members}
     first = group.members[0]
-    test_hashes = {m: (r.data.get("outputs") or {}).get("test.tsv") for m, r in reports.items()}
+    hashes = {
+        split: {m: (r.data.get("outputs") or {}).get(f"{split}.tsv") for m, r in reports.items()}
+        for split in ("test", "dev")
+    }
+    test_hashes = hashes["test"]
     if test_hashes[first] is None:
         raise TransduceError(f"{where}: {first}: its train.json records no test split")
-    for member, digest in test_hashes.items():
-        if digest != test_hashes[first]:
-            raise TransduceError(f"{where}: {member} was tested on another test split than {first}")
+    for split, done in (("test", "tested"), ("dev", "validated")):
+        for member, digest in hashes[split].items():
+            if digest != hashes[split][first]:
+                raise TransduceError(
+                    f"{where}: {member} was {done} on another {split} split than {first}"
+                )
     # a run trained before a decode option existed wrote none of it: at its default
     defaults = dataclasses.asdict(DecodeConfig())
     decodes = {m: with_defaults(r.config.get("decode"), defaults) for m, r in reports.items()}
@@ -223,6 +241,8 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
             raise TransduceError(f"{prepared}: no test split with references to score")
         with torch.inference_mode():
             scores, outputs = task.evaluate(transducer.model, data, data.test_eval)
+            # as a run's validation scores the dev split: each distinct source once
+            dev_scores, _ = task.evaluate(transducer.model, data, data.dev_eval)
         lines = task.test_lines(data, outputs)
     except TransduceError as error:
         raise TransduceError(f"{where}: {error}") from None
@@ -240,6 +260,8 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
         "test_predictions_sha256": _sha256(out / PREDICTIONS),
         "test_lines": len(lines),
         "test": scores,  # as a run's train.json's test: Task.evaluate on the test split
+        "dev_sha256": hashes["dev"][first],
+        "dev": dev_scores,  # as a run's validation: Task.evaluate on the dev split
         "decode": dataclasses.asdict(task.evaluation_options()),
         "device": str(transducer.device),
         "bf16": transducer.bf16,
@@ -273,16 +295,16 @@ def run_all(
     report: Callable[[list[EnsembleOutcome]], None] = lambda outcomes: None,
 ) -> tuple[list[EnsembleOutcome], bool]:
     """Decode every ensemble whose members have all finished and that is not up to date
-    (of the groups with a cell among `chosen`), `workers` at a time; `report` is called
-    after each. Returns the outcomes and whether Ctrl-C stopped them (no new one starts;
-    the running ones end)."""
+    or has no dev scores (of the groups with a cell among `chosen`), `workers` at a time;
+    `report` is called after each. Returns the outcomes and whether Ctrl-C stopped them (no
+    new one starts; the running ones end)."""
     ids = None if chosen is None else {c.id for c in chosen}
     todo = [
         g
         for g in groups(experiment)
         if (ids is None or ids.intersection(g.members))
         and ready(directory, g)
-        and not up_to_date(directory, g)
+        and not (up_to_date(directory, g, data := record(directory, g)) and has_dev(data))
     ]
     control = Stopping()
     outcomes: list[EnsembleOutcome] = []

@@ -13,9 +13,11 @@ listed.
 The ensembles of the seeds (`experiments.ensembles`) are rows of their own, `SYSTEM
 (ensemble of K)`: per dataset the score in its ensemble.json (n = 1), and over the datasets
 their mean where every dataset has its ensemble; an ensemble whose members changed since it
-was decoded is left out and named. The references (systems not run here) are a column each
-beside the mean, their average the mean over the experiment's datasets where they have
-every one, and `against_references` counts per system the datasets where it is better.
+was decoded is left out and named. With `--dev` (`split="dev"`) the rows are each cell's
+best validation and each ensemble's dev scores (decoded as a validation decodes). The
+references (systems not run here) are a column each beside the mean, their average the
+mean over the experiment's datasets where they have every one, and `against_references`
+counts per system the datasets where it is better.
 With a baseline system (`baseline:` of the experiment file), every other system's row
 (per dataset, and the average) has the difference of its mean from the baseline's and the
 two-sided p-value of Welch's t-test over the seeds (`experiments.significance`: unequal
@@ -216,15 +218,18 @@ def ensemble_scores(
     unscored: dict[str, str] | None = None,
     missing: list[str] | None = None,
     stale: list[str] | None = None,
+    split: str = "test",
 ) -> dict[str, dict[str, float]]:
     """The test scores of each up-to-date ensemble (by `Group.id`), from its ensemble.json
     alone (and its test.predictions, for the metrics of `score:`); `missing` gets the ids of
     those not decoded, `stale` of those whose members changed since, `unscored` why one
-    could not be scored again (it then counts without those metrics)."""
+    could not be scored again (it then counts without those metrics). `split="dev"`: the
+    dev scores instead (as decoded, not scored again), `missing` also gets those decoded
+    before ensembles scored the dev split."""
     found = {}
     for group in ensembles.groups(experiment):
         data = ensembles.record(directory, group)
-        if data is None or not isinstance(data.get("test"), dict):
+        if data is None or not isinstance(data.get(split), dict):
             if missing is not None:
                 missing.append(group.id)
             continue
@@ -232,8 +237,8 @@ def ensemble_scores(
             if stale is not None:
                 stale.append(group.id)
             continue
-        found[group.id] = dict(data["test"])
-        if experiment.score:
+        found[group.id] = dict(data[split])
+        if experiment.score and split == "test":
             candidates = []
             for member in group.members:
                 run_dir = directory / RUNS / member
@@ -261,18 +266,17 @@ def ensemble_scores(
 
 def table(experiment: Experiment, directory: Path, split: str = "test") -> dict[str, Any]:
     """The rows of the report, as plain data (what --json writes). `split="dev"`: each
-    cell's best validation instead of its test scores; no ensembles (they decode the test
-    split only), references or published numbers (those are test numbers)."""
+    cell's best validation instead of its test scores, each ensemble's dev scores, and no
+    references or published numbers (those are test numbers)."""
     stops: dict[str, str] = {}
     seconds: dict[str, float] = {}
     unscored: dict[str, str] = {}
     found, missing = scores(experiment, directory, stops, seconds, unscored, split)
     not_decoded: list[str] = []
     stale: list[str] = []
-    combined = ensemble_scores(experiment, directory, unscored, not_decoded, stale)
+    combined = ensemble_scores(experiment, directory, unscored, not_decoded, stale, split)
     if split == "dev":
-        combined = {}
-        experiment = dataclasses.replace(experiment, published={}, references={}, ensemble=None)
+        experiment = dataclasses.replace(experiment, published={}, references={})
     metrics = experiment.metrics or sorted({m for s in found.values() for m in s})
     rows: list[Row] = []
     by_system: dict[str, list[ensembles.Group]] = {}
@@ -549,7 +553,13 @@ def markdown(data: dict[str, Any]) -> str:
         dev = data.get("split") == "dev"
         out.append(
             f"### {metric}"
-            + (" (dev: each run's best validation)" if dev else "")
+            + (
+                " (dev: each run's best validation"
+                + (", each ensemble's dev split" if data.get("ensembles_done") else "")
+                + ")"
+                if dev
+                else ""
+            )
             + (
                 f" (scored again from test.predictions{': ' if how else ''}{', '.join(how)})"
                 if again is not None and not dev
@@ -611,9 +621,17 @@ def markdown(data: dict[str, Any]) -> str:
         done += "; not finished: " + ", ".join(data["not_done"])
     out.append(done)
     if data.get("ensembles"):
-        line = f"{data['ensembles_done']} of {data['ensembles']} ensembles decoded"
-        if data.get("ensembles_not_done"):
-            line += "; not decoded: " + ", ".join(data["ensembles_not_done"])
+        if data.get("split") == "dev":
+            line = f"{data['ensembles_done']} of {data['ensembles']} ensembles scored on dev"
+            if data.get("ensembles_not_done"):
+                line += (
+                    "; not (not decoded, or decoded before ensembles scored the dev split; "
+                    "`experiment run` decodes them): " + ", ".join(data["ensembles_not_done"])
+                )
+        else:
+            line = f"{data['ensembles_done']} of {data['ensembles']} ensembles decoded"
+            if data.get("ensembles_not_done"):
+                line += "; not decoded: " + ", ".join(data["ensembles_not_done"])
         if data.get("ensembles_out_of_date"):
             line += (
                 "; out of date (a run changed since; `experiment run` decodes them again): "
