@@ -21,7 +21,10 @@ are now (and whose test.predictions is the one it describes) is up to date and i
 decoded again; a member run again (another train.json) makes it out of date, and the next
 `experiment run` decodes it again. One written before ensembles scored the dev split (no
 `dev` in its ensemble.json) still counts for the test table, and the next `experiment run`
-decodes it again to add the dev scores. The report reads ensemble.json alone.
+decodes it again to add the dev scores (`needs_decoding`). Members validated on different
+dev sets (another dev file, or `train.dev_subset` drawn with each run's own seed) make an
+ensemble with `dev` null and the reason in `dev_skipped`. The report reads ensemble.json
+alone.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from transduce.runs import RunDir, RunReport
 ENSEMBLES, RECORD, PREDICTIONS = "ensembles", "ensemble.json", runs.PREDICTIONS
 SCHEMA = "transduce.experiment-ensemble/1"
 OUT_OF_DATE = "out of date"
+NO_DEV = "no dev scores"
 
 
 @dataclass(frozen=True)
@@ -147,9 +151,22 @@ def up_to_date(directory: Path, group: Group, data: dict[str, Any] | None = None
 
 
 def has_dev(data: dict[str, Any] | None) -> bool:
-    """Whether an ensemble.json has the dev scores (one written before ensembles scored
-    the dev split has not)."""
-    return data is not None and isinstance(data.get("dev"), dict)
+    """Whether an ensemble.json has dealt with the dev split: its dev scores, or why it has
+    none (`dev_skipped`; one written before ensembles scored the dev split has neither)."""
+    return data is not None and "dev" in data
+
+
+def needs_decoding(directory: Path, group: Group, data: dict[str, Any] | None = None) -> bool:
+    """Whether `experiment run` decodes a group whose members have all finished: it is not
+    up to date, or it is but has no dev scores and every member's best checkpoint is still
+    there (without them it cannot be decoded again, and its test scores count as they are:
+    a failure is not tried at every run)."""
+    data = record(directory, group) if data is None else data
+    if not up_to_date(directory, group, data):
+        return True
+    return not has_dev(data) and all(
+        RunDir(directory / RUNS / m).best.is_file() for m in group.members
+    )
 
 
 def ready(directory: Path, group: Group) -> bool:
@@ -178,6 +195,33 @@ def test_split(directory: Path, cell: str, report: RunReport) -> Path | None:
     for candidate in candidates:
         if expected is not None and _sha256(candidate / "test.tsv") == expected:
             return candidate
+    return None
+
+
+def _dev_differs(
+    hashes: dict[str, str | None], reports: dict[str, RunReport], prepared: Path
+) -> str | None:
+    """Why the members' best validations were not all on one dev set, the one in `prepared`
+    (then the ensemble's dev score could not be read beside theirs); None if they were."""
+    first = next(iter(hashes))
+    for member, digest in hashes.items():
+        if digest is None or digest != hashes[first]:
+            return f"{member} was validated on another dev split than {first}"
+    if _sha256(prepared / "dev.tsv") != hashes[first]:
+        return f"{prepared / 'dev.tsv'} is not the dev split the members were validated on"
+    subsets = {}
+    for member, report in reports.items():
+        train = report.config.get("train") or {}
+        size, seed = train.get("dev_subset"), train.get("dev_subset_seed")
+        subsets[member] = (
+            None if size is None else (size, train.get("seed") if seed is None else seed)
+        )
+    for member, subset in subsets.items():
+        if subset != subsets[first]:
+            return (
+                f"{member} validated on another sample of the dev split than {first} "
+                "(train.dev_subset, drawn with each run's seed: set train.dev_subset_seed)"
+            )
     return None
 
 
@@ -211,12 +255,9 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
     test_hashes = hashes["test"]
     if test_hashes[first] is None:
         raise TransduceError(f"{where}: {first}: its train.json records no test split")
-    for split, done in (("test", "tested"), ("dev", "validated")):
-        for member, digest in hashes[split].items():
-            if digest != hashes[split][first]:
-                raise TransduceError(
-                    f"{where}: {member} was {done} on another {split} split than {first}"
-                )
+    for member, digest in test_hashes.items():
+        if digest != test_hashes[first]:
+            raise TransduceError(f"{where}: {member} was tested on another test split than {first}")
     # a run trained before a decode option existed wrote none of it: at its default
     defaults = dataclasses.asdict(DecodeConfig())
     decodes = {m: with_defaults(r.config.get("decode"), defaults) for m, r in reports.items()}
@@ -226,6 +267,7 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
     prepared = test_split(directory, first, reports[first])
     if prepared is None:
         raise TransduceError(f"{where}: {first}: the test split it was tested on is not there")
+    dev_skipped = _dev_differs(hashes["dev"], reports, prepared)
     payloads = []
     for member in group.members:
         path = directory / RUNS / member / checkpoint.BEST
@@ -241,8 +283,9 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
             raise TransduceError(f"{prepared}: no test split with references to score")
         with torch.inference_mode():
             scores, outputs = task.evaluate(transducer.model, data, data.test_eval)
-            # as a run's validation scores the dev split: each distinct source once
-            dev_scores, _ = task.evaluate(transducer.model, data, data.dev_eval)
+            dev_scores = None
+            if dev_skipped is None:  # as a validation scores it: each distinct source once
+                dev_scores, _ = task.evaluate(transducer.model, data, data.dev_eval)
         lines = task.test_lines(data, outputs)
     except TransduceError as error:
         raise TransduceError(f"{where}: {error}") from None
@@ -262,6 +305,7 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
         "test": scores,  # as a run's train.json's test: Task.evaluate on the test split
         "dev_sha256": hashes["dev"][first],
         "dev": dev_scores,  # as a run's validation: Task.evaluate on the dev split
+        **({"dev_skipped": dev_skipped} if dev_skipped else {}),  # why dev is None
         "decode": dataclasses.asdict(task.evaluation_options()),
         "device": str(transducer.device),
         "bf16": transducer.bf16,
@@ -304,7 +348,7 @@ def run_all(
         for g in groups(experiment)
         if (ids is None or ids.intersection(g.members))
         and ready(directory, g)
-        and not (up_to_date(directory, g, data := record(directory, g)) and has_dev(data))
+        and needs_decoding(directory, g)
     ]
     control = Stopping()
     outcomes: list[EnsembleOutcome] = []
@@ -347,8 +391,9 @@ def run_all(
 def states(
     experiment: Experiment, directory: Path, outcomes: list[EnsembleOutcome]
 ) -> list[dict[str, Any]]:
-    """Every ensemble's state for cells.json: done (up to date), failed, interrupted,
-    out of date, or pending (members not finished)."""
+    """Every ensemble's state for cells.json: done (up to date), no dev scores (up to date
+    for the test split, decoded before ensembles scored the dev split), failed,
+    interrupted, out of date, or pending (members not finished)."""
     latest = {o.group.id: o for o in outcomes}
     out = []
     for group in groups(experiment):
@@ -357,7 +402,7 @@ def states(
         status = (
             outcome.status
             if outcome is not None
-            else DONE
+            else (NO_DEV if needs_decoding(directory, group, data) else DONE)
             if up_to_date(directory, group, data)
             else OUT_OF_DATE
             if data is not None

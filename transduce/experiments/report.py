@@ -625,8 +625,9 @@ def markdown(data: dict[str, Any]) -> str:
             line = f"{data['ensembles_done']} of {data['ensembles']} ensembles scored on dev"
             if data.get("ensembles_not_done"):
                 line += (
-                    "; not (not decoded, or decoded before ensembles scored the dev split; "
-                    "`experiment run` decodes them): " + ", ".join(data["ensembles_not_done"])
+                    "; without dev scores (not decoded, decoded before ensembles scored the "
+                    "dev split, or members validated on different dev sets: see their "
+                    "ensemble.json): " + ", ".join(data["ensembles_not_done"])
                 )
         else:
             line = f"{data['ensembles_done']} of {data['ensembles']} ensembles decoded"

@@ -168,6 +168,6 @@ def run_experiment(
         [
             g
             for g in ensembles.groups(experiment)
-            if ensembles.ready(directory, g) and not ensembles.up_to_date(directory, g)
+            if ensembles.ready(directory, g) and ensembles.needs_decoding(directory, g)
         ],
     )
