@@ -162,8 +162,12 @@ def needs_decoding(directory: Path, group: Group, data: dict[str, Any] | None = 
     there (without them it cannot be decoded again, and its test scores count as they are:
     a failure is not tried at every run)."""
     data = record(directory, group) if data is None else data
-    if not up_to_date(directory, group, data):
-        return True
+    return not up_to_date(directory, group, data) or _dev_to_add(directory, group, data)
+
+
+def _dev_to_add(directory: Path, group: Group, data: dict[str, Any] | None) -> bool:
+    """Whether an up-to-date ensemble has no dev scores and can be decoded again for them
+    (every member's best checkpoint is still there)."""
     return not has_dev(data) and all(
         RunDir(directory / RUNS / m).best.is_file() for m in group.members
     )
@@ -402,7 +406,7 @@ def states(
         status = (
             outcome.status
             if outcome is not None
-            else (NO_DEV if needs_decoding(directory, group, data) else DONE)
+            else (NO_DEV if _dev_to_add(directory, group, data) else DONE)
             if up_to_date(directory, group, data)
             else OUT_OF_DATE
             if data is not None
