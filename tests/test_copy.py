@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from transduce.data.batching import collate
+from transduce.data.batching import collate, mark_unknown
 from transduce.data.dataset import Pair, build_vocabs
 from transduce.models import build_model
 from transduce.models.copy import copy_map, mix, mix_emission
@@ -41,6 +41,32 @@ def test_mix_emission_by_hand():
     got = mix_emission(p_vocab.clamp_min(1e-30).log(), gate, index).exp()
     expected = torch.tensor(
         [[[0, 0, 0.1, 0, 0, 0.5, 0.4], [0, 0, 0.05, 0, 0, 0.05, 0.9]]], dtype=torch.float32
+    )
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
+def test_unknown_source_symbols_get_their_own_ids_by_hand():
+    """See et al.'s extended vocabulary: V = 7, the source "a Z b Z Q" with Z and Q unknown
+    (ids 7 and 8 = V + k - 1); P_vocab gives them nothing, and <unk> (3) keeps only its
+    generation."""
+    p_vocab = torch.tensor([[0.0, 0.0, 0.1, 0.2, 0.0, 0.4, 0.3]])
+    attention = torch.tensor([[0.1, 0.2, 0.3, 0.15, 0.25]])
+    index = torch.tensor([[5, 7, 6, 7, 8]])
+    gate = torch.tensor([math.log(0.25 / 0.75)])  # p_gen = 0.25
+    got = mix(p_vocab.clamp_min(1e-30).log(), gate, attention, index, torch.zeros(1, 2)).exp()
+    copy = torch.tensor([[0, 0, 0, 0, 0, 0.1, 0.3, 0.35, 0.25]])
+    expected = 0.25 * torch.cat([p_vocab, torch.zeros(1, 2)], dim=-1) + 0.75 * copy
+    assert got.shape == (1, 9)
+    assert torch.allclose(got, expected, atol=1e-6)
+    assert got[0, UNK_ID].item() == pytest.approx(0.25 * 0.2, abs=1e-6)
+    # hard attention: an alignment to Z (j = 1) copies Z with 1 - p_gen_1
+    emission = torch.tensor([[[0.0, 0.0, 0.2, 0.0, 0.0, 0.0, 0.8], [0.0, 0.0, 0.5, 0.5, 0, 0, 0]]])
+    gates = torch.tensor([[0.0, math.log(0.1 / 0.9)]])
+    index = torch.tensor([[5, 7]])
+    got = mix_emission(emission.clamp_min(1e-30).log(), gates, index, torch.zeros(1, 2)).exp()
+    expected = torch.tensor(
+        [[[0, 0, 0.1, 0, 0, 0.5, 0.4, 0, 0], [0, 0, 0.05, 0.05, 0, 0, 0, 0.9, 0]]],
+        dtype=torch.float32,
     )
     assert torch.allclose(got, expected, atol=1e-6)
 
@@ -116,6 +142,92 @@ def test_the_models_distribution_is_the_mixture(family):
         assert 0.01 < p_gen < 0.99
 
 
+@pytest.mark.parametrize("family", ["lstm", "hard", "transformer"])
+def test_the_models_copy_unknown_source_symbols(family):
+    """A decoded batch with unknown source symbols (`copy_oov`): the step's distribution
+    has V + K entries, the copy mass of each unknown symbol at its own id (not at <unk>),
+    and a step that reads such an id reads <unk>."""
+    torch.manual_seed(0)
+    model = _models()[family].eval()
+    model.read_vocabularies(SOURCE, TARGET)
+    b = collate([[5, UNK_ID, 6, UNK_ID, UNK_ID]])  # s5 Z s6 Z Q: Z, Q never seen
+    b = mark_unknown(b, [[0, 1, 0, 1, 2]])
+    state = model.init_state(b)
+    first = torch.tensor([1])  # BOS
+    with torch.no_grad():
+        model.gate.state.bias.fill_(-60.0)  # p_gen = 0: copy only
+        copied = model.step(state, first)
+        model.gate.state.bias.zero_()
+        mixed = model.step(state, first)
+    p = copied.log_probs.exp()[0]
+    assert p.shape == (13,)  # V = 11, and Z, Q at 11 and 12
+    assert p.sum().item() == pytest.approx(1.0, abs=1e-5)
+    assert p[[9, 5, 11, 12]].sum().item() == pytest.approx(1.0, abs=1e-5)
+    assert p[UNK_ID].item() < 1e-6  # the unknown symbols' mass is not at <unk>
+    if family != "hard":
+        alpha = copied.attention[0, -2:].mean(0)
+        assert p[11].item() == pytest.approx((alpha[1] + alpha[3]).item(), abs=1e-5)
+        assert p[12].item() == pytest.approx(alpha[4].item(), abs=1e-5)
+    assert mixed.log_probs.exp()[0].sum().item() == pytest.approx(1.0, abs=1e-5)
+    with torch.no_grad():  # the next step after writing Z (id 11)
+        after = model.step(copied.state, torch.tensor([11]))
+        as_unk = model.step(copied.state, torch.tensor([UNK_ID]))
+    assert after.log_probs.exp()[0].sum().item() == pytest.approx(1.0, abs=1e-5)
+    if family != "hard":  # (hard monotonic: the alignment is conditioned on Z's own emission)
+        assert torch.equal(after.log_probs, as_unk.log_probs)
+
+
+@pytest.mark.parametrize("family", ["lstm", "hard", "hard-monotonic", "transformer"])
+def test_teacher_forcing_scores_copied_unknown_symbols_as_decoding_does(family):
+    """The teacher-forced pass (what `explain` reads) and the decoder steps give the same
+    distributions when the output holds copied unknown symbols (extended ids 11, 12)."""
+    torch.manual_seed(0)
+    if family == "hard-monotonic":
+        small = {"embedding_dim": 8, "encoder_size": 6, "decoder_size": 7, "copy": True}
+        model = build_model("hard", HardAttentionConfig(**small, monotonic=True), 9, 11)
+    else:
+        model = _models()[family]
+    model.eval().read_vocabularies(SOURCE, TARGET)
+    b = mark_unknown(collate([[5, UNK_ID, 6, UNK_ID, UNK_ID]], [[11, 9, 12]]), [[0, 1, 0, 1, 2]])
+    with torch.no_grad():
+        forced = model(b).log_probs[0]  # T x (V + K)
+        state, steps = model.init_state(b), []
+        for t in range(b.target_in.shape[1]):
+            step = model.step(state, b.target_in[:, t])
+            steps.append(step.log_probs[0])
+            state = step.state
+    assert forced.shape == (4, 13)
+    assert torch.allclose(forced, torch.stack(steps), atol=1e-5)
+    assert forced[torch.arange(4), b.target_out[0]].exp().min().item() > 1e-4
+
+
+def test_an_ensemble_with_a_member_that_does_not_copy():
+    """The members' distributions over V + K: one that does not copy gives the extended
+    ids probability 0, and reads a copied unknown symbol as <unk>."""
+    from transduce.ensemble import Ensemble, combine
+
+    copying = torch.tensor([[0.0, 0, 0.2, 0, 0, 0.3, 0.1, 0.4]]).clamp_min(1e-30).log()  # V + 1
+    plain = torch.tensor([[0.0, 0, 0.5, 0.1, 0, 0.2, 0.2]]).clamp_min(1e-30).log()  # V = 7
+    mean = combine([copying, plain]).exp()
+    assert mean.shape == (1, 8)
+    assert mean[0, 7].item() == pytest.approx(0.2, abs=1e-6)  # (0.4 + 0) / 2
+    assert mean[0, 2].item() == pytest.approx(0.35, abs=1e-6)
+    assert mean.sum().item() == pytest.approx(1.0, abs=1e-6)
+    torch.manual_seed(0)
+    models = _models()
+    plain_model = build_model(
+        "lstm", LSTMConfig(embedding_dim=8, encoder_size=6, decoder_size=7), 9, 11
+    ).eval()
+    models["lstm"].eval().read_vocabularies(SOURCE, TARGET)
+    ensemble = Ensemble([models["lstm"], plain_model]).eval()
+    b = mark_unknown(collate([[5, UNK_ID, 6]]), [[0, 1, 0]])
+    with torch.no_grad():
+        first = ensemble.step(ensemble.init_state(b), torch.tensor([1]))
+        after = ensemble.step(first.state, torch.tensor([11]))  # Z, copied
+    assert first.log_probs.shape == (1, 12)
+    assert after.log_probs.exp().sum().item() == pytest.approx(1.0, abs=1e-5)
+
+
 def test_forward_scores_the_copy():
     """Teacher-forced: the log-probability of target symbols that are source symbols
     rises when the copy gate opens (EOS, which no source holds, needs p_gen > 0)."""
@@ -140,6 +252,7 @@ def test_a_copy_recipe_learns_and_keeps_its_copy(tmp_path):
     from transduce import checkpoint
     from transduce import config as configuration
     from transduce.data.prepare import PrepareRequest, prepare
+    from transduce.inference import Transducer
     from transduce.training import Trainer
 
     from .toy import DEV_BAR, TEST_BAR, TINY_LSTM, recipe, write_task
@@ -159,3 +272,18 @@ def test_a_copy_recipe_learns_and_keeps_its_copy(tmp_path):
     payload = checkpoint.load(run / "best.pt")
     assert "z" in payload["vocab"]["target"] and "z" in payload["vocab"]["source"]
     assert any(key.startswith("gate.") for key in payload["model"])
+    # decoding letters that training never showed (X, Q): copied as themselves, never
+    # written <unk>, by one model, by beam search and by an ensemble; the gate is shut
+    # (p_gen = 0) so that only copies are possible and the output is known
+    payload["model"]["gate.state.bias"].fill_(-60.0)
+    model = Transducer.from_checkpoint(payload)
+    assert model.transduce(["XX"])[0].symbols[0] == ["X"] * 14  # to the limit 2|x| + 10
+    predictions = model.transduce(["XQ", "aXb"], beam=3, nbest=2)
+    for prediction, letters in zip(predictions, [{"X", "Q"}, {"a", "X", "b"}], strict=True):
+        assert len(prediction.symbols) == 2
+        assert all(set(s) <= letters and s for s in prediction.symbols)
+    for prediction, explained in zip(predictions, model.explain(predictions), strict=True):
+        for score, said in zip(prediction.scores, explained, strict=True):
+            assert said.log_prob == pytest.approx(score, rel=1e-4)  # the copies, not <unk>
+    ensemble = Transducer.ensemble([payload, payload])
+    assert ensemble.transduce(["QQ"])[0].symbols[0] == ["Q"] * 14

@@ -1,7 +1,8 @@
 """`transduce export`: the TorchScript file decodes as `transduce decode` does, in a Python
 that cannot import transduce, for every family (LSTM with copy and input feeding, hard
-monotonic attention, transformers with both position schemes, the tagger) and every kind
-of input line (characters, lemma<TAB>tags, lower-cased words, sentences of words)."""
+monotonic attention with copy, transformers with both position schemes, the tagger) and
+every kind of input line (characters, lemma<TAB>tags, lower-cased words, sentences of
+words, unknown characters that a model with copy copies)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ from .test_tagger import write_conllu
 from .toy import TINY_LSTM, TINY_TRANSFORMER, recipe, toy_threads, write_task
 
 # Odd lines among the real ones: blank, Unicode spaces around, unknown and multi-byte
-# characters, an empty line
-ODD = ["", "  ab\u00a0", "xé中g", "\u3000", "gfedcba"]
+# characters (which a model with copy copies: an unknown space inside as itself), an empty
+# line
+ODD = ["", "  ab\u00a0", "xé中g", "\u3000", "gfedcba", "a\u2003bQ"]
 
 
 def _train(data: dict, out: Path) -> Path:
@@ -49,7 +51,7 @@ def models(tmp_path_factory) -> dict[str, tuple[Path, list[str]]]:
     made: dict[str, tuple[Path, list[str]]] = {}
     families = {
         "lstm-copy-feeding": {**TINY_LSTM, "copy": True, "input_feeding": True},
-        "hard-monotonic": {**TINY_LSTM, "name": "hard", "monotonic": True},
+        "hard-monotonic-copy": {**TINY_LSTM, "name": "hard", "monotonic": True, "copy": True},
         "transformer": TINY_TRANSFORMER,
     }
     for name, model in families.items():

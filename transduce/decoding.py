@@ -16,13 +16,14 @@ the best `beam` that do not. A sentence is done when `beam` hypotheses have fini
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from transduce.config import DecodeConfig
-from transduce.data.batching import Batch, collate
+from transduce.data.batching import Batch, collate, mark_unknown
 from transduce.models.base import Seq2SeqModel, select_state
 from transduce.special import BOS_ID, EOS_ID, PAD_ID
 
@@ -205,9 +206,15 @@ def decode_all(
     sources: list[list[int]],
     options: DecodeConfig,
     device: torch.device | str = "cpu",
+    unknown: Sequence[Sequence[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode id sequences in batches of `options.batch_size` similar lengths; results in
-    input order."""
+    input order.
+
+    `unknown`, for a model that copies: for each source position, 0 where the symbol is
+    known, k where it is the k-th distinct unknown symbol of its source. A hypothesis may
+    then hold the id V + k - 1 (V: the target vocabulary), that symbol copied
+    (`transduce.models.copy`); the caller spells it."""
     batch_size = options.batch_size
     was_training = model.training
     model.eval()
@@ -216,7 +223,10 @@ def decode_all(
     try:
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            batch = collate([sources[i] for i in chunk]).to(device)
+            batch = collate([sources[i] for i in chunk])
+            if unknown is not None:
+                mark_unknown(batch, [unknown[i] for i in chunk])
+            batch = batch.to(device)
             for i, hyps in zip(chunk, decode_batch(model, batch, options)):
                 results[i] = hyps
     finally:

@@ -32,13 +32,27 @@ from transduce import defaults
 from transduce.data.batching import Batch
 from transduce.errors import ConfigError
 from transduce.models.base import ModelConfig, Seq2SeqModel, Seq2SeqOutput, State, Step
+from transduce.models.copy import in_vocabulary
 
 MEANS = defaults.ENSEMBLE_MEANS
 
 
+def copies(model: nn.Module) -> bool:
+    """Whether a model has the copy mechanism (and reads extended ids itself)."""
+    return bool(getattr(model.config, "copy", False))
+
+
 def combine(log_probs: Sequence[Tensor], mean: str = "probability") -> Tensor:
-    """The ensemble's log-probabilities from the members' (each ... x V, log-normalized)."""
-    stacked = torch.stack([lp.float() for lp in log_probs])  # M x ... x V
+    """The ensemble's log-probabilities from the members' (each ... x V, log-normalized).
+    A member that copies may add K extended ids (unknown source symbols,
+    `transduce.models.copy`); the others give them probability 0."""
+    width = max(lp.shape[-1] for lp in log_probs)
+    stacked = torch.stack(
+        [
+            nn.functional.pad(lp.float(), (0, width - lp.shape[-1]), value=float("-inf"))
+            for lp in log_probs
+        ]
+    )  # M x ... x (V + K)
     if mean == "probability":
         return torch.logsumexp(stacked, dim=0) - math.log(len(log_probs))
     if mean == "log-probability":
@@ -99,7 +113,10 @@ class Ensemble(Seq2SeqModel):
         for key, value in state.items():
             index, _, name = key.partition("/")
             parts[int(index)][name] = value
-        steps = [m.step(part, previous) for m, part in zip(self.models, parts)]
+        steps = [  # an extended id (a copied unknown symbol) is <unk> to a model that does not copy
+            m.step(part, previous if copies(m) else in_vocabulary(previous, m.target_vocab))
+            for m, part in zip(self.models, parts)
+        ]
         return Step(
             log_probs=combine([s.log_probs for s in steps], self.mean),
             attention=torch.cat([s.attention.float() for s in steps], dim=1),

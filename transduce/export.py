@@ -15,7 +15,8 @@ or the lengths (the tests decode other sizes than the traced ones and compare). 
 the two pieces, `Seq2SeqExport` (compiled by `torch.jit.script`) does what `transduce
 decode` does: it cuts each line into the model's symbols (characters, symbols or words;
 `lemma<TAB>tags` for inflection; a features column), maps them to ids (`<unk>` for the
-unknown ones, `</s>` after the source where the model was trained with it), decodes
+unknown ones, numbered for a model with copy, which copies them as `transduce decode` does:
+`transduce.models.copy`; `</s>` after the source where the model was trained with it), decodes
 greedily in batches of similar lengths exactly as `transduce.decoding.greedy` does (the
 same order, the same batches, the same rows leaving the batch as they finish, so the
 outputs are the same), and writes the output symbols back as the target's text. A tagger
@@ -28,7 +29,9 @@ whitespace, stripping and lower-casing use tables of Python's own answers for ev
 point (`str.isspace`, `str.lower`), written into the file, so a line is cut as Python cuts
 it. One difference is left: Python lower-cases a capital sigma to final ς by looking past
 case-ignorable characters (apostrophes, combining marks); the export looks at the
-neighbouring characters only.
+neighbouring characters only. (And a copied unknown *word* whose text holds an escape's
+spelling, such as `a<space>b` typed as such, is written as it is; `transduce decode`
+would write a space there. Copied characters are written alike.)
 
 The file decodes greedily, in float32 (a model trained in bf16 or fp16 too; the metadata
 says how it was trained): beam search and scores are not in it (TorchScript could express
@@ -186,14 +189,18 @@ def sorted_by_length(lengths: list[int]) -> list[int]:
 
 
 class _Encoder(nn.Module):
-    """Traced: source ids B x S and mask -> the decoder's first state."""
+    """Traced: source ids B x S, mask, and the numbers of the unknown source symbols
+    B x S with their slots B x K (`Batch.copy_oov`, `copy_slots`: read by a model that
+    copies) -> the decoder's first state."""
 
     def __init__(self, model: Seq2SeqModel) -> None:
         super().__init__()
         self.model = model
 
-    def forward(self, source: Tensor, mask: Tensor) -> dict[str, Tensor]:
-        return self.model.init_state(Batch(source, mask))
+    def forward(
+        self, source: Tensor, mask: Tensor, oov: Tensor, slots: Tensor
+    ) -> dict[str, Tensor]:
+        return self.model.init_state(Batch(source, mask, copy_oov=oov, copy_slots=slots))
 
 
 class _Step(nn.Module):
@@ -227,6 +234,7 @@ class Seq2SeqExport(nn.Module):
     source_index: dict[str, int]
     target_text: list[str]
     space: dict[str, str]
+    unspace: dict[str, str]
     lower: dict[str, str]
     cased: dict[str, bool]
 
@@ -246,6 +254,10 @@ class Seq2SeqExport(nn.Module):
         self.step = step
         self.source_index = {s: i for i, s in enumerate(source_symbols)}
         self.target_text = _target_pieces(target_symbols, text["target_unit"])
+        # a copied unknown source symbol is written as `tokens.detokenize` writes it: a
+        # whitespace escape as its character (character and word outputs)
+        self.unescapes = text["target_unit"] in (tokens.CHAR, tokens.WORD)
+        self.unspace = {escape: char for char, escape in text["space"].items()}
         self.joiner = "" if text["target_unit"] == tokens.CHAR else " "
         self.space = text["space"]
         self.lower = text["lower"]
@@ -310,19 +322,35 @@ class Seq2SeqExport(nn.Module):
             ids.append(self.eos_id)
         return ids
 
-    def _greedy(self, sources: list[list[int]]) -> list[list[int]]:
-        """`transduce.decoding.greedy` of one batch: output ids without EOS."""
+    def _unknown(self, symbols: list[str]) -> list[str]:
+        """The distinct symbols the model does not know, in order of first appearance
+        (`transduce.models.copy.unknown_symbols`)."""
+        names: list[str] = []
+        for s in symbols:
+            if s not in self.source_index and s not in names:
+                names.append(s)
+        return names
+
+    def _greedy(self, sources: list[list[int]], unknown: list[list[int]]) -> list[list[int]]:
+        """`transduce.decoding.greedy` of one batch: output ids without EOS. `unknown`:
+        for each source position 0, or k where its symbol is the row's k-th unknown one
+        (an output id V + k - 1 copies it)."""
         size = len(sources)
         width = 1
+        extra = 0
         for s in sources:
             width = max(width, len(s))
         source = torch.zeros(size, width, dtype=torch.long)  # self.pad_id is 0
+        oov = torch.zeros(size, width, dtype=torch.long)
         lengths: list[int] = []
         for row in range(size):
             n = len(sources[row])
             lengths.append(n)
             if n > 0:
                 source[row, :n] = torch.tensor(sources[row], dtype=torch.long)
+                oov[row, :n] = torch.tensor(unknown[row], dtype=torch.long)
+                extra = max(extra, max(unknown[row]))
+        slots = torch.zeros(size, extra, dtype=torch.bool)
         mask = source != self.pad_id
         limits: list[int] = []
         for n in lengths:
@@ -330,7 +358,7 @@ class Seq2SeqExport(nn.Module):
             if self.max_length > 0:
                 limit = min(limit, self.max_length - 1)
             limits.append(limit)
-        state = self.encoder(source, mask)
+        state = self.encoder(source, mask, oov, slots)
         active: list[int] = list(range(size))
         previous = torch.full((size,), self.bos_id, dtype=torch.long)
         outputs: list[list[int]] = []
@@ -363,10 +391,17 @@ class Seq2SeqExport(nn.Module):
             previous = best
         return outputs
 
-    def _text(self, ids: list[int]) -> str:
+    def _text(self, ids: list[int], names: list[str]) -> str:
+        """The output's text; an id past the target vocabulary is the source's unknown
+        symbol it copied (`names`), written as `transduce decode` writes it."""
         pieces: list[str] = []
+        size = len(self.target_text)
         for i in ids:
-            pieces.append(self.target_text[i])
+            if i < size:
+                pieces.append(self.target_text[i])
+            else:
+                name = names[i - size]
+                pieces.append(self.unspace.get(name, name) if self.unescapes else name)
         return self.joiner.join(pieces)
 
     @torch.jit.export
@@ -380,6 +415,8 @@ class Seq2SeqExport(nn.Module):
         for first in range(0, len(lines), chunk):
             where: list[int] = []
             sources: list[list[int]] = []
+            unknown: list[list[int]] = []
+            spelled: list[list[str]] = []
             for k in range(first, min(first + chunk, len(lines))):
                 if strip_space(lines[k], self.space) == "":
                     continue
@@ -397,13 +434,23 @@ class Seq2SeqExport(nn.Module):
                         + ")"
                     )
                 where.append(k)
-                sources.append(self._ids(symbols))
+                ids = self._ids(symbols)
+                names = self._unknown(symbols)
+                numbers: list[int] = []
+                for s in symbols:
+                    numbers.append(names.index(s) + 1 if s in names else 0)
+                while len(numbers) < len(ids):  # an appended </s>
+                    numbers.append(0)
+                sources.append(ids)
+                unknown.append(numbers)
+                spelled.append(names)
             order = sorted_by_length([len(s) for s in sources])
             for start in range(0, len(order), size):
                 batch = order[start : start + size]
-                outputs = self._greedy([sources[i] for i in batch])
+                outputs = self._greedy([sources[i] for i in batch], [unknown[i] for i in batch])
                 for row in range(len(batch)):
-                    results[where[batch[row]]] = self._text(outputs[row])
+                    names = spelled[batch[row]]
+                    results[where[batch[row]]] = self._text(outputs[row], names)
         return results
 
     def forward(self, lines: list[str]) -> list[str]:
@@ -577,26 +624,40 @@ def _example_sources(vocab_size: int, width: int = 6) -> tuple[Tensor, Tensor]:
     return source, source != PAD_ID
 
 
+def _unknown_example(source: Tensor, extra: int) -> tuple[Tensor, Tensor, Tensor]:
+    """`source` with its first `extra` positions of row 0 made unknown symbols (`<unk>`,
+    numbered 1..extra), their `copy_oov` and `copy_slots`: B x S, B x S, B x K."""
+    source, oov = source.clone(), torch.zeros_like(source)
+    for k in range(extra):
+        source[0, k], oov[0, k] = UNK_ID, k + 1
+    return source, oov, torch.zeros(len(source), extra, dtype=torch.bool)
+
+
 def _check(model: Any, encoder: nn.Module, step: nn.Module) -> None:
     """Refuse an export whose traced encoder and step do not compute what the model does
-    on a batch of another size and other lengths than they were traced on (a family whose
-    step branched in Python on its input's values would fail here)."""
-    source = _random_ids([9, 3, 1], 9, model.source_vocab, torch.Generator().manual_seed(0))
-    mask = source != PAD_ID
-    expected, traced = model.init_state(Batch(source, mask)), encoder(source, mask)
-    previous = torch.full((3,), BOS_ID, dtype=torch.long)
-    for _ in range(4):
-        reference = model.step(expected, previous)
-        log_probs, traced = step(traced, previous)
-        if log_probs.shape != reference.log_probs.shape or not torch.allclose(
-            log_probs, reference.log_probs, atol=1e-5
-        ):
-            raise ExportError(
-                f"a {model.name} model: its traced decoder step does not reproduce the model "
-                "on other batch shapes, so it cannot be exported"
-            )
-        expected = reference.state
-        previous = reference.log_probs.argmax(dim=-1).clamp(min=len(SPECIALS))
+    on a batch of another size and other lengths than they were traced on, with none and
+    with two unknown source symbols (a family whose step branched in Python on its input's
+    values would fail here)."""
+    ids = _random_ids([9, 3, 1], 9, model.source_vocab, torch.Generator().manual_seed(0))
+    for extra in (0, 2):
+        source, oov, slots = _unknown_example(ids, extra)
+        mask = source != PAD_ID
+        batch = Batch(source, mask, copy_oov=oov, copy_slots=slots)
+        expected, traced = model.init_state(batch), encoder(source, mask, oov, slots)
+        previous = torch.full((3,), BOS_ID, dtype=torch.long)
+        for _ in range(4):
+            reference = model.step(expected, previous)
+            log_probs, traced = step(traced, previous)
+            if log_probs.shape != reference.log_probs.shape or not torch.allclose(
+                log_probs, reference.log_probs, atol=1e-5
+            ):
+                raise ExportError(
+                    f"a {model.name} model: its traced decoder step does not reproduce the "
+                    "model on other batch shapes, so it cannot be exported"
+                )
+            expected = reference.state
+            # the most probable symbol: a copied unknown one (an id past V) too
+            previous = reference.log_probs.argmax(dim=-1).clamp(min=len(SPECIALS))
 
 
 def _sinusoidal(module: nn.Module) -> bool:
@@ -654,9 +715,12 @@ def build(transducer: Any) -> nn.Module:
         # size, a branch on an option); `_check` runs the traced pieces on other shapes
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         if isinstance(model, Seq2SeqModel):
-            source, mask = _example_sources(len(vocabs["source"]))
-            encoder = torch.jit.trace(_Encoder(model), (source, mask), strict=False)
-            state = model.init_state(Batch(source, mask))
+            # traced with one unknown source symbol, so that a copying model's step records
+            # the extended ids of unknown symbols (`transduce.models.copy.extend`)
+            source, oov, slots = _unknown_example(_example_sources(len(vocabs["source"]))[0], 1)
+            mask = source != PAD_ID
+            encoder = torch.jit.trace(_Encoder(model), (source, mask, oov, slots), strict=False)
+            state = model.init_state(Batch(source, mask, copy_oov=oov, copy_slots=slots))
             first = model.step(state, torch.full((2,), BOS_ID, dtype=torch.long))
             previous = first.log_probs.argmax(dim=-1).clamp(min=len(SPECIALS))
             # traced on the second step, so that caches that grow (a transformer's) are

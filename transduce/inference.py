@@ -27,7 +27,7 @@ from transduce.data.vocab import Vocab
 from transduce.errors import CheckpointError, ConfigError, DataError, out_of_memory
 from transduce.models import Model
 from transduce.precision import decoding, resolve_device
-from transduce.special import SPACE
+from transduce.special import SPACE, UNK_ID
 from transduce.tasks import Task, make_task
 
 
@@ -196,6 +196,15 @@ class Transducer:
         ensemble = cls(model.eval(), first.payload, first.task, first.precision_warning)
         ensemble.members = [m.payload.get("path") for m in members]
         return ensemble
+
+    @property
+    def copies(self) -> bool:
+        """Whether the model (of an ensemble, any member) has the copy mechanism, which
+        copies unknown input symbols as they are (`transduce.models.copy`)."""
+        from transduce.ensemble import Ensemble, copies
+
+        models = self.model.models if isinstance(self.model, Ensemble) else [self.model]
+        return any(copies(m) for m in models)
 
     def autocast(self) -> Any:
         """The precision context decoding runs in."""
@@ -370,16 +379,27 @@ class Transducer:
             ConfigError: a tagger (no output sequence) or an ensemble (several models);
                 with `posterior`, a model without an alignment posterior.
         """
-        from transduce.data.batching import collate
+        from transduce.data.batching import collate, mark_unknown
+        from transduce.models.copy import unknown_symbols
 
         self.check_explain(posterior)
         pairs = [(p.source, o) for p in predictions for o in p.symbols]
         found: list[Explanation] = []
+        size, copies = len(self.target_vocab), self.copies
         for start in range(0, len(pairs), batch_size):
             chunk = pairs[start : start + batch_size]
             sources = [self.source_vocab.encode(s) for s, _ in chunk]
-            outputs = [self.target_vocab.encode(o) for _, o in chunk]
-            batch = collate(sources, outputs).to(self.device)
+            outputs: list[list[int]] = []
+            unknown: list[list[int]] = []
+            index = self.target_vocab.index
+            for (read, written), ids in zip(chunk, sources):
+                # an unknown source symbol that a copying model wrote: its extended id, as
+                # decoding gave it (`transduce.models.copy`)
+                names, numbers = unknown_symbols(read, self.source_vocab)
+                unknown.append(numbers + [0] * (len(ids) - len(numbers)))
+                extended = {name: size + k for k, name in enumerate(names)} if copies else {}
+                outputs.append([index.get(o, extended.get(o, UNK_ID)) for o in written])
+            batch = mark_unknown(collate(sources, outputs), unknown).to(self.device)
             with torch.inference_mode(), self.autocast():
                 result = self.model(batch)
             latent = None

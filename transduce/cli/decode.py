@@ -206,7 +206,8 @@ def decode_command(
         count += len(lines)
         decoded += sum(1 for p in predictions if p.texts)
     if transducer.unknown:
-        ui.warn(f"{transducer.unknown} input symbols are unknown to the model (read as <unk>)")
+        how = "read as <unk>" + ("; copied as they are" if transducer.copies else "")
+        ui.warn(f"{transducer.unknown} input symbols are unknown to the model ({how})")
     ui.detail(f"{decoded} lines in {seconds:.2f} s ({decoded / max(seconds, 1e-9):.0f} lines/s)")
     if report is not None:
         write_json(

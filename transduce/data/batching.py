@@ -30,6 +30,10 @@ class Batch:
     target_mask: Tensor | None = None  # B x T
     index: Tensor | None = None  # B: positions of the examples in their dataset
     chars: Tensor | None = None  # B x S x C: the characters of each source word (taggers)
+    # with copy (`transduce.models.copy`, `mark_unknown`): 0 at a known source symbol, k
+    # at the row's k-th distinct unknown one; and B x K zeros, K the largest k
+    copy_oov: Tensor | None = None  # B x S
+    copy_slots: Tensor | None = None  # B x K
 
     def __len__(self) -> int:
         return self.source.shape[0]
@@ -53,6 +57,8 @@ class Batch:
             move(self.target_mask),
             self.index,
             move(self.chars),
+            move(self.copy_oov),
+            move(self.copy_slots),
         )
 
 
@@ -88,6 +94,17 @@ def collate(
         batch.target_mask = batch.target_out != PAD_ID  # B x T
     if index is not None:
         batch.index = torch.tensor(list(index), dtype=torch.long)
+    return batch
+
+
+def mark_unknown(batch: Batch, unknown: Sequence[Sequence[int]]) -> Batch:
+    """Give a batch its `copy_oov` (for each source position 0, or k where the symbol is
+    its row's k-th distinct unknown one: `unknown`, one list per row) and `copy_slots`
+    (B x K zeros); left as they are when no row has an unknown symbol."""
+    extra = max((max(row, default=0) for row in unknown), default=0)
+    if extra:
+        batch.copy_oov = pad(unknown)[:, : batch.source.shape[1]]  # B x S
+        batch.copy_slots = torch.zeros(len(batch), extra, dtype=torch.bool)  # B x K
     return batch
 
 

@@ -16,8 +16,21 @@ the target vocabulary by its spelling (`copy_index`). With `copy: true` the targ
 vocabulary is the training targets' symbols followed by every training source symbol that
 is not among them (`transduce.data.dataset.build_vocabs`), so every source symbol has a
 target id and the mixture is a distribution: a letter that the training forms never
-showed can still be copied. (See et al. extend the vocabulary per batch with the source's
-OOV words; a source symbol never seen in training, `<unk>`, is copied here as `<unk>`.)
+showed can still be copied.
+
+**Symbols never seen in training**: as See et al. extend the vocabulary with each
+source's out-of-vocabulary words, a batch may carry `copy_oov` (B x S: 0 for a known
+symbol, k for the k-th distinct unknown symbol of its row; `mark_unknown`) and
+`copy_slots` (B x K zeros, K the most any row has). The output distribution then has
+V + K entries: id V + k - 1 is the row's k-th unknown symbol, reached by copy alone
+(P_vocab gives it nothing), while `<unk>` keeps only p_gen P_vocab(<unk>). A decoder input
+reads such an id as `<unk>` (`in_vocabulary`), and the caller spells it from the source
+(`transduce.tasks.seq2seq`, `Transducer.explain`, the exported file). So a letter that
+training never showed (an uppercase letter, a rare diacritic) is copied as itself, not
+written `<unk>`. Training never has unknown symbols (its vocabularies are built from its
+own data); decoding, teacher-forced scoring and greedy and beam search all see the same
+V + K entries. K travels as a tensor's width, not a number, so a traced decoder step
+(`transduce export`) serves every K.
 
 w_h*^T h*_t is sum_i a^t_i (w_h*^T h_i): the encoder states are projected to one number
 each once per source (`gate_memory`), and a step mixes those with its attention. With
@@ -33,10 +46,29 @@ action writes the attended symbol), and the mixture over alignments of eq. (3) i
 
 from __future__ import annotations
 
+from collections.abc import Container, Sequence
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
+from transduce.data.batching import Batch
 from transduce.special import UNK_ID
+
+
+def in_vocabulary(previous: Tensor, size: int) -> Tensor:
+    """Decoder input ids with the extended ones (a copied unknown symbol, >= `size`) read
+    as `<unk>`: what a step embeds."""
+    return previous.masked_fill(previous >= size, UNK_ID)
+
+
+def unknown_symbols(symbols: Sequence[str], known: Container[str]) -> tuple[list[str], list[int]]:
+    """The distinct symbols of a source that the vocabulary `known` lacks, in order of
+    first appearance, and for each position 0 (a known symbol) or k (the k-th of them): what
+    `Batch.copy_oov` holds."""
+    names = list(dict.fromkeys(s for s in symbols if s not in known))
+    number = {name: k for k, name in enumerate(names, 1)}
+    return names, [number.get(s, 0) for s in symbols]
 
 
 def copy_map(source: list[str], target: list[str]) -> Tensor:
@@ -69,6 +101,9 @@ class Copying(nn.Module):
     source id (`copy_map`, set from the vocabularies by `read_vocabularies`, not saved:
     checkpoints carry the vocabularies)."""
 
+    target_vocab: int  # V (the model's)
+    config: Any  # the model's: `copy`
+
     def _init_copy(self, memory_size: int, state_size: int, input_size: int, sources: int) -> None:
         self.gate = CopyGate(memory_size, state_size, input_size)
         self.register_buffer("copy_map", torch.full((sources,), UNK_ID), persistent=False)
@@ -78,42 +113,88 @@ class Copying(nn.Module):
         if getattr(self, "copy_map", None) is not None:
             self.copy_map.copy_(copy_map(source, target))
 
+    def copy_state(self, batch: Batch) -> dict[str, Tensor]:
+        """What a decoder state needs to copy: `copy_index`, the output id of each source
+        position (B x S; an unknown symbol's extended id V + k - 1 where the batch has
+        `copy_oov`), and `copy_slots`, B x K zeros (K = 0 without unknown symbols)."""
+        index = self.copy_map[batch.source]  # B x S
+        if batch.copy_oov is not None:
+            index = torch.where(batch.copy_oov > 0, batch.copy_oov + (self.target_vocab - 1), index)
+        slots = batch.copy_slots
+        if slots is None:
+            slots = batch.source.new_zeros(len(batch), 0, dtype=torch.bool)  # B x 0
+        return {"copy_index": index, "copy_slots": slots}
 
-def mix(log_vocab: Tensor, gate: Tensor, attention: Tensor, index: Tensor) -> Tensor:
+    def _copying(self, batch: Batch) -> tuple[Tensor, Tensor | None]:
+        """For a teacher-forced pass: the output id of each source position, B x S, and
+        the slots of the unknown symbols, B x K (None where K = 0: nothing to add)."""
+        state = self.copy_state(batch)
+        slots = state["copy_slots"]
+        return state["copy_index"], slots if slots.shape[-1] else None
+
+    def _inputs(self, previous: Tensor) -> Tensor:
+        """Decoder input ids as the embedding reads them: with copy, an extended id as
+        `<unk>` (`in_vocabulary`)."""
+        return in_vocabulary(previous, self.target_vocab) if self.config.copy else previous
+
+
+def mix(
+    log_vocab: Tensor, gate: Tensor, attention: Tensor, index: Tensor, slots: Tensor | None = None
+) -> Tensor:
     """log P(w) of eq. (9).
 
     Args:
         log_vocab: log P_vocab, B x [T x] V.
         gate: the logit of p_gen, B x [T].
         attention: a^t over the source positions, B x [T x] S (0 on padding).
-        index: the target id of each source symbol, B x S.
+        index: the output id of each source symbol, B x S (< V + K).
+        slots: B x K zeros, K the extended ids of unknown source symbols (module
+            docstring); None: K = 0.
 
     Returns:
-        B x [T x] V log-probabilities (float32 or wider).
+        B x [T x] (V + K) log-probabilities (float32 or wider).
     """
     log_vocab, gate, attention = log_vocab.float(), gate.float(), attention.float()
     p_gen = torch.sigmoid(gate).unsqueeze(-1)  # B x [T x] 1
     if attention.dim() == 3:
         index = index.unsqueeze(1).expand(-1, attention.shape[1], -1)  # B x T x S
-    copied = torch.zeros_like(log_vocab).scatter_add_(-1, index, attention)  # B x [T x] V
-    probs = p_gen * log_vocab.exp() + (1 - p_gen) * copied
+    vocab = extend(log_vocab.exp(), slots)  # P_vocab is 0 on the extended ids
+    copied = torch.zeros_like(vocab).scatter_add_(-1, index, attention)  # B x [T x] (V + K)
+    probs = p_gen * vocab + (1 - p_gen) * copied
     return probs.clamp_min(torch.finfo(probs.dtype).tiny).log()
 
 
-def mix_emission(log_emission: Tensor, gate: Tensor, index: Tensor) -> Tensor:
+def mix_emission(
+    log_emission: Tensor, gate: Tensor, index: Tensor, slots: Tensor | None = None
+) -> Tensor:
     """The hard-attention emission with copy, log p(w | a_i = j) (module docstring).
 
     Args:
         log_emission: log P_vocab(w | j), B x [T x] S x V.
         gate: the logit of p_gen_ij, B x [T x] S.
-        index: the target id of each source symbol, B x S.
+        index: the output id of each source symbol, B x S (< V + K).
+        slots: B x K zeros, K the extended ids of unknown source symbols (module
+            docstring); None: K = 0.
 
     Returns:
-        B x [T x] S x V log-probabilities.
+        B x [T x] S x (V + K) log-probabilities.
     """
     log_emission, gate = log_emission.float(), gate.float()
     p_gen = torch.sigmoid(gate).unsqueeze(-1)  # B x [T x] S x 1
     if log_emission.dim() == 4:
         index = index.unsqueeze(1).expand(-1, log_emission.shape[1], -1)  # B x T x S
-    probs = (p_gen * log_emission.exp()).scatter_add(-1, index.unsqueeze(-1), 1 - p_gen)
+    vocab = extend(log_emission.exp(), slots)  # P_vocab is 0 on the extended ids
+    probs = (p_gen * vocab).scatter_add(-1, index.unsqueeze(-1), 1 - p_gen)
     return probs.clamp_min(torch.finfo(probs.dtype).tiny).log()
+
+
+def extend(probs: Tensor, slots: Tensor | None) -> Tensor:
+    """B x ... x V probabilities (or anything to widen) with K zeros appended (`slots`,
+    B x K; None or K = 0: as they are). The zeros take their shape from the tensors, so a
+    step traced with K > 0 serves every K (`transduce.export` traces it so)."""
+    if slots is None or slots.shape[-1] == 0:
+        return probs
+    zeros = slots.to(probs.dtype)  # B x K
+    for _ in range(probs.dim() - 2):
+        zeros = zeros.unsqueeze(1)  # B x 1 ... x K
+    return torch.cat([probs, zeros.expand(*probs.shape[:-1], -1)], dim=-1)

@@ -66,7 +66,7 @@ from torch.utils.checkpoint import checkpoint
 from transduce import defaults
 from transduce.data.batching import Batch
 from transduce.models.base import Seq2SeqOutput, State, Step, register, wide
-from transduce.models.copy import mix_emission
+from transduce.models.copy import extend, mix_emission
 from transduce.models.layers import lstm_step
 from transduce.models.lstm import LSTMConfig, LSTMModel
 
@@ -150,6 +150,7 @@ class HardAttentionModel(LSTMModel):
         projected: Tensor,
         gates: Tensor | None = None,
         index: Tensor | None = None,
+        slots: Tensor | None = None,
     ) -> Tensor:
         """log p(v | a_i = j, y_<i, x) for every step and position, eqs. (8)-(9).
 
@@ -157,10 +158,12 @@ class HardAttentionModel(LSTMModel):
             queries: S_h h_i + bias, B x T x d_s.
             projected: S_c h_j, B x S x d_s.
             gates: with `copy`, the logits of p_gen_ij, B x T x S (`transduce.models.copy`).
-            index: with `copy`, the target id of each source symbol, B x S.
+            index: with `copy`, the output id of each source symbol, B x S.
+            slots: with `copy`, B x K zeros for the K extended ids of unknown source
+                symbols (`transduce.models.copy`); None: K = 0.
 
         Returns:
-            B x T x S x V log-probabilities (float32).
+            B x T x S x (V + K) log-probabilities (float32).
         """
         combined = (queries.unsqueeze(2) + projected.unsqueeze(1)).tanh_()  # B x T x S x d_s
         if self.training and self.drop.p > 0:
@@ -172,7 +175,7 @@ class HardAttentionModel(LSTMModel):
         emission = torch.log_softmax(wide(logits), dim=-1)
         if gates is None or index is None:
             return emission
-        return mix_emission(emission, gates, index)  # the alignment's symbol may be copied
+        return mix_emission(emission, gates, index, slots)  # the alignment's symbol may be copied
 
     @staticmethod
     def _log_alpha(scores: Tensor, mask: Tensor) -> Tensor:
@@ -239,11 +242,12 @@ class HardAttentionModel(LSTMModel):
         post: Tensor,
         gates: Tensor | None = None,
         index: Tensor | None = None,
+        slots: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Mixture log-probs B x t x V, priors B x t x S and the carried posterior B x S for
         a block of t target steps (`post` only matters for the monotonic model; `gates` and
-        `index` only with copy)."""
-        emission = self._emission(queries, projected, gates, index)  # B x t x S x V
+        `index` and `slots` only with copy)."""
+        emission = self._emission(queries, projected, gates, index, slots)  # B x t x S x V
         if self.config.monotonic:
             gold = self._gold(emission, target)  # B x t x S
             prior, post = self._priors(self._transitions(scores, mask), gold, post)
@@ -257,7 +261,7 @@ class HardAttentionModel(LSTMModel):
         scores e_ij B x T x S, queries S_h h_i + b B x T x d_s, projections S_c h_j B x S x d_s,
         and with copy the logits of p_gen_ij, B x T x S (else None)."""
         memory, keys = self.encode(batch)  # B x S x 2H
-        embedded = self.drop(self.target_embedding(batch.target_in))  # B x T x E
+        embedded = self.drop(self.target_embedding(self._inputs(batch.target_in)))  # B x T x E
         states, _ = self.decoder(embedded)  # B x T x H
         states = self.drop(states)
         scores = self.attention.scores(states, keys)  # B x T x S, eq. (7)
@@ -279,7 +283,7 @@ class HardAttentionModel(LSTMModel):
         if self.config.input_feeding:  # a loop of `step` with the expected feed
             return super().forward(batch)
         _, scores, queries, projected, gates = self._decoder_states(batch)
-        index = self.copy_map[batch.source] if gates is not None else None  # B x S
+        index, slots = self._copying(batch) if gates is not None else (None, None)  # B x S
         mask = batch.source_mask
         B, T, S = scores.shape
         post = self._start(scores[:, 0])  # B x S
@@ -295,6 +299,7 @@ class HardAttentionModel(LSTMModel):
                 post,
                 None if gates is None else gates[:, start : start + rows],
                 index,
+                slots,
             )
             if rows < T and torch.is_grad_enabled():  # keep memory bounded: recompute
                 blocks.append(checkpoint(self._block, *block, use_reentrant=False))
@@ -323,10 +328,11 @@ class HardAttentionModel(LSTMModel):
         with torch.enable_grad():
             _, scores, queries, projected, gates = self._decoder_states(batch)
             scores, queries, projected = scores.detach(), queries.detach(), projected.detach()
-            index = None
+            index, slots = None, None
             if gates is not None:
-                gates, index = gates.detach(), self.copy_map[batch.source]
-            emission = self._emission(queries, projected, gates, index)  # B x T x S x V
+                gates = gates.detach()
+                index, slots = self._copying(batch)
+            emission = self._emission(queries, projected, gates, index, slots)  # B x T x S x V
             gold = self._gold(emission, batch.target_out).detach()  # B x T x S
             mask = batch.source_mask
             if not self.config.monotonic:
@@ -454,11 +460,16 @@ class HardAttentionModel(LSTMModel):
         if self.config.monotonic:
             size, width = batch.source.shape
             state["prior"] = self._start(state["projected"][:, :, 0])  # B x S: a_0 = 1
-            state["emission"] = memory.new_zeros(size, width, self.target_vocab)  # B x S x V
+            emission = memory.new_zeros(size, width, self.target_vocab)  # B x S x V
+            if self.config.copy:  # and the K unknown source symbols (`transduce.models.copy`)
+                emission = extend(emission, state["copy_slots"])
+            state["emission"] = emission  # B x S x (V + K)
         return state
 
     def _step(self, state: State, previous: Tensor) -> Step:
-        token = self.drop(self.target_embedding(previous))  # B x E
+        # a copied unknown symbol (an id >= V) is embedded as <unk>; its emission (below)
+        # is read at its own id
+        token = self.drop(self.target_embedding(self._inputs(previous)))  # B x E
         embedded = self._feed(token, state)  # B x E'
         output, h, c = lstm_step(self.decoder, embedded, state["h"], state["c"], self.drop)
         output = self.drop(output)  # B x H
@@ -479,7 +490,8 @@ class HardAttentionModel(LSTMModel):
         emission = torch.log_softmax(self.output(self.drop(combined)), dim=-1)  # B x S x V
         if self.config.copy:  # p_gen_ij for this step's h_i and every h_j
             gates = state["gate_memory"] + self.gate.query(output, token).unsqueeze(-1)  # B x S
-            emission = mix_emission(emission, gates, state["copy_index"])  # B x S x V
+            index, slots = state["copy_index"], state["copy_slots"]
+            emission = mix_emission(emission, gates, index, slots)  # B x S x (V + K)
         log_probs = torch.logsumexp(prior.unsqueeze(-1) + emission, dim=1)  # B x V, eq. (3)
         alpha = prior.exp().unsqueeze(1)  # B x 1 x S
         if self.config.input_feeding:  # the expected c̄ under alpha

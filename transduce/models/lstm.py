@@ -306,7 +306,7 @@ class LSTMModel(Copying, Seq2SeqModel):
             log_probs = torch.stack([s.log_probs for s in steps], dim=1)  # B x T x V
             attention = torch.stack([s.attention for s in steps], dim=2)  # B x 1 x T x S
         else:  # eq. (10): the whole target in one LSTM call, all attention steps in one bmm
-            embedded = self.drop(self.target_embedding(batch.target_in))  # B x T x E
+            embedded = self.drop(self.target_embedding(self._inputs(batch.target_in)))  # B x T x E
             inputs = embedded
             if self.config.tag_input:  # [e(y_{i-1}); t] at every step
                 tags = self._tags(batch.source).unsqueeze(1)  # B x 1 x E
@@ -322,7 +322,7 @@ class LSTMModel(Copying, Seq2SeqModel):
             if self.config.copy:  # eqs. (8)-(9) of See et al. (2017), every step at once
                 gate = torch.bmm(alpha, self.gate.project(memory).unsqueeze(-1)).squeeze(-1)
                 gate = gate + self.gate.query(states, embedded)  # B x T
-                log_probs = mix(log_probs, gate, alpha, self.copy_map[batch.source])
+                log_probs = mix(log_probs, gate, alpha, *self._copying(batch))  # B x T x (V + K)
             attention = alpha.unsqueeze(1)  # B x 1 x T x S
         return Seq2SeqOutput(
             log_probs, attention, self.attention_names, batch.source_mask, batch.target_mask
@@ -392,8 +392,8 @@ class LSTMModel(Copying, Seq2SeqModel):
                 state["tags"] = self._tags(batch.source).float()  # B x E
         if c.input_feeding:
             state["feed"] = memory.new_zeros(size, self.d_s)  # B x d_s: c̄_0 = 0
-        if c.copy:
-            state["copy_index"] = self.copy_map[batch.source]  # B x S: target ids
+        if c.copy:  # B x S: output ids (and B x K copy_slots: unknown source symbols)
+            state.update(self.copy_state(batch))
             with torch.autocast(memory.device.type, enabled=False):
                 state["gate_memory"] = self.gate.project(memory)  # B x S: w_h*^T h_j
         if self.local is not None:
@@ -425,6 +425,7 @@ class LSTMModel(Copying, Seq2SeqModel):
         return joined
 
     def _step(self, state: State, previous: Tensor) -> Step:
+        previous = self._inputs(previous)  # with copy: a copied unknown symbol as <unk>
         token = self.drop(self.target_embedding(previous))  # B x E
         embedded = self._feed(token, state)  # B x E'
         output, h, c = lstm_step(self.decoder, embedded, state["h"], state["c"], self.drop)  # B x H
@@ -454,7 +455,8 @@ class LSTMModel(Copying, Seq2SeqModel):
         if self.config.copy:  # See et al. (2017), eqs. (8)-(9)
             weights = alpha.squeeze(1)  # B x S
             gate = (weights * state["gate_memory"]).sum(-1) + self.gate.query(output, token)  # B
-            log_probs = mix(log_probs, gate, weights, state["copy_index"])  # B x V
+            index, slots = state["copy_index"], state["copy_slots"]
+            log_probs = mix(log_probs, gate, weights, index, slots)  # B x (V + K)
         new.update(h=h, c=c)  # B x L x H
         if self.config.input_feeding:
             new["feed"] = combined  # B x d_s

@@ -371,13 +371,15 @@ class TransformerModel(Copying, Seq2SeqModel):
         inputs: Tensor,
         gate_memory: Tensor,
         index: Tensor,
+        slots: Tensor | None = None,
     ) -> Tensor:
         """The copy mixture of eq. (9) from the last layer's weights B x H x [T x] S, the
-        normalized output B x [T x] D, the embedded inputs and w_h*^T h_j B x S."""
+        normalized output B x [T x] D, the embedded inputs and w_h*^T h_j B x S (`slots`:
+        B x K zeros for the K unknown source symbols, `transduce.models.copy`)."""
         alpha = last.float().mean(dim=1)  # B x [T x] S
         context = alpha * gate_memory.unsqueeze(-2) if alpha.dim() == 3 else alpha * gate_memory
         gate = context.sum(-1) + self.gate.query(output, inputs).float()  # B x [T]
-        return mix(log_probs, gate, alpha, index)
+        return mix(log_probs, gate, alpha, index, slots)
 
     def _initialize(self) -> None:
         for module in self.modules():
@@ -429,7 +431,7 @@ class TransformerModel(Copying, Seq2SeqModel):
 
     def forward(self, batch: Batch) -> Seq2SeqOutput:
         memory = self.encode(batch)
-        x = self._embed(self.target_embedding, batch.target_in)  # B x T x D
+        x = self._embed(self.target_embedding, self._inputs(batch.target_in))  # B x T x D
         inputs = x
         weights, used = [], []
         for layer in self.decoder:
@@ -441,8 +443,10 @@ class TransformerModel(Copying, Seq2SeqModel):
         log_probs = torch.log_softmax(self.output(output), dim=-1)  # B x T x V
         if self.config.copy:
             gate_memory = self.gate.project(memory).float()  # B x S
-            index = self.copy_map[batch.source]  # B x S
-            log_probs = self._copy(log_probs, weights[-1], output, inputs, gate_memory, index)
+            index, slots = self._copying(batch)  # B x S, B x K
+            log_probs = self._copy(
+                log_probs, weights[-1], output, inputs, gate_memory, index, slots
+            )
         attention = torch.cat(weights, dim=1)  # B x (L*H) x T x S
         return Seq2SeqOutput(
             log_probs,
@@ -465,13 +469,14 @@ class TransformerModel(Copying, Seq2SeqModel):
         for i, layer in enumerate(self.decoder):
             state[f"mk{i}"], state[f"mv{i}"] = layer.cross_attention.memory(memory)
             state[f"k{i}"], state[f"v{i}"] = empty, empty
-        if self.config.copy:
-            state["copy_index"] = self.copy_map[batch.source]  # B x S: target ids
+        if self.config.copy:  # B x S: output ids (and B x K copy_slots: unknown symbols)
+            state.update(self.copy_state(batch))
             state["gate_memory"] = self.gate.project(memory).float()  # B x S: w_h*^T h_j
         return state
 
     def step(self, state: State, previous: Tensor) -> Step:
         position = state["position"]  # B
+        previous = self._inputs(previous)  # with copy: a copied unknown symbol as <unk>
         x = self.drop(
             self.target_embedding(previous) * self.scale + self.positions(position)
         ).unsqueeze(1)  # B x 1 x D
@@ -485,6 +490,12 @@ class TransformerModel(Copying, Seq2SeqModel):
         log_probs = torch.log_softmax(self.output(output), dim=-1)  # B x V
         if self.config.copy:
             log_probs = self._copy(
-                log_probs, weights[-1], output, inputs, state["gate_memory"], state["copy_index"]
-            )
+                log_probs,
+                weights[-1],
+                output,
+                inputs,
+                state["gate_memory"],
+                state["copy_index"],
+                state["copy_slots"],
+            )  # B x (V + K)
         return Step(log_probs, torch.cat(weights, dim=1), new)  # B x (L*H) x S
