@@ -11,8 +11,9 @@ import torch
 
 from transduce.data.batching import collate, mark_unknown
 from transduce.data.dataset import Pair, build_vocabs
+from transduce.data.vocab import Vocab
 from transduce.models import build_model
-from transduce.models.copy import copy_map, mix, mix_emission
+from transduce.models.copy import copy_map, copy_targets, mix, mix_emission
 from transduce.models.hard import HardAttentionConfig
 from transduce.models.lstm import LSTMConfig
 from transduce.models.transformer import TransformerConfig
@@ -53,7 +54,8 @@ def test_unknown_source_symbols_get_their_own_ids_by_hand():
     attention = torch.tensor([[0.1, 0.2, 0.3, 0.15, 0.25]])
     index = torch.tensor([[5, 7, 6, 7, 8]])
     gate = torch.tensor([math.log(0.25 / 0.75)])  # p_gen = 0.25
-    got = mix(p_vocab.clamp_min(1e-30).log(), gate, attention, index, torch.zeros(1, 2)).exp()
+    used = torch.zeros(1, 2, dtype=torch.bool)  # the row uses both extended ids
+    got = mix(p_vocab.clamp_min(1e-30).log(), gate, attention, index, used).exp()
     copy = torch.tensor([[0, 0, 0, 0, 0, 0.1, 0.3, 0.35, 0.25]])
     expected = 0.25 * torch.cat([p_vocab, torch.zeros(1, 2)], dim=-1) + 0.75 * copy
     assert got.shape == (1, 9)
@@ -63,7 +65,7 @@ def test_unknown_source_symbols_get_their_own_ids_by_hand():
     emission = torch.tensor([[[0.0, 0.0, 0.2, 0.0, 0.0, 0.0, 0.8], [0.0, 0.0, 0.5, 0.5, 0, 0, 0]]])
     gates = torch.tensor([[0.0, math.log(0.1 / 0.9)]])
     index = torch.tensor([[5, 7]])
-    got = mix_emission(emission.clamp_min(1e-30).log(), gates, index, torch.zeros(1, 2)).exp()
+    got = mix_emission(emission.clamp_min(1e-30).log(), gates, index, used).exp()
     expected = torch.tensor(
         [[[0, 0, 0.1, 0, 0, 0.5, 0.4, 0, 0], [0, 0, 0.05, 0.05, 0, 0, 0, 0.9, 0]]],
         dtype=torch.float32,
@@ -142,38 +144,66 @@ def test_the_models_distribution_is_the_mixture(family):
         assert 0.01 < p_gen < 0.99
 
 
-@pytest.mark.parametrize("family", ["lstm", "hard", "transformer"])
+def _monotonic():
+    small = {"embedding_dim": 8, "encoder_size": 6, "decoder_size": 7, "copy": True}
+    return build_model("hard", HardAttentionConfig(**small, monotonic=True), 9, 11)
+
+
+# two rows: "s5 Z s6 Z Q t7" (Z, Q in neither vocabulary: extended ids 11, 12; t7 in the
+# target vocabulary only: its id 7) and "s5 s6", which uses no extended id
+UNKNOWN_SOURCES = [[5, UNK_ID, 6, UNK_ID, UNK_ID, UNK_ID], [5, 6]]
+UNKNOWN_ROWS = [[0, 12, 0, 12, 13, 8], [0, 0]]
+
+
+def test_copy_targets_number_the_symbols_neither_vocabulary_has():
+    source, target = Vocab(SOURCE), Vocab(TARGET)
+    names, row = copy_targets(["s5", "Z", "s6", "Z", "Q", "t7"], source, target.index, 11)
+    assert names == ["Z", "Q"] and row == UNKNOWN_ROWS[0]
+    b = mark_unknown(collate(UNKNOWN_SOURCES), UNKNOWN_ROWS, 11)
+    assert b.copy_oov.tolist() == [UNKNOWN_ROWS[0], [0] * 6]
+    assert b.copy_slots.tolist() == [[False, False], [True, True]]  # the second uses none
+    plain = collate([[5, 6]])
+    assert mark_unknown(plain, [[0, 0]], 11).copy_oov is None  # nothing to copy: as it was
+
+
+@pytest.mark.parametrize("family", ["lstm", "hard", "hard-monotonic", "transformer"])
 def test_the_models_copy_unknown_source_symbols(family):
-    """A decoded batch with unknown source symbols (`copy_oov`): the step's distribution
-    has V + K entries, the copy mass of each unknown symbol at its own id (not at <unk>),
-    and a step that reads such an id reads <unk>."""
+    """A decoded batch with symbols the source vocabulary lacks (`copy_oov`): the step's
+    distribution has V + K entries, the copy mass of a symbol neither vocabulary has at its
+    own id (not at <unk>), of one the target vocabulary has at its target id (one id per
+    symbol), none at an extended id the row does not use; a step that reads an extended id
+    reads <unk>."""
     torch.manual_seed(0)
-    model = _models()[family].eval()
-    model.read_vocabularies(SOURCE, TARGET)
-    b = collate([[5, UNK_ID, 6, UNK_ID, UNK_ID]])  # s5 Z s6 Z Q: Z, Q never seen
-    b = mark_unknown(b, [[0, 1, 0, 1, 2]])
+    model = _monotonic() if family == "hard-monotonic" else _models()[family]
+    model.eval().read_vocabularies(SOURCE, TARGET)
+    b = mark_unknown(collate(UNKNOWN_SOURCES), UNKNOWN_ROWS, 11)
     state = model.init_state(b)
-    first = torch.tensor([1])  # BOS
+    first = torch.tensor([1, 1])  # BOS
     with torch.no_grad():
         model.gate.state.bias.fill_(-60.0)  # p_gen = 0: copy only
         copied = model.step(state, first)
         model.gate.state.bias.zero_()
         mixed = model.step(state, first)
-    p = copied.log_probs.exp()[0]
-    assert p.shape == (13,)  # V = 11, and Z, Q at 11 and 12
-    assert p.sum().item() == pytest.approx(1.0, abs=1e-5)
-    assert p[[9, 5, 11, 12]].sum().item() == pytest.approx(1.0, abs=1e-5)
-    assert p[UNK_ID].item() < 1e-6  # the unknown symbols' mass is not at <unk>
-    if family != "hard":
+    p = copied.log_probs.exp()
+    assert p.shape == (2, 13)  # V = 11, and Z, Q at 11 and 12
+    assert p.sum(-1).tolist() == pytest.approx([1.0, 1.0], abs=1e-5)
+    assert p[0, [9, 5, 11, 12, 7]].sum().item() == pytest.approx(1.0, abs=1e-5)
+    assert p[0, UNK_ID].item() < 1e-6  # the unknown symbols' mass is not at <unk>
+    assert p[1, 11].item() == 0.0 and p[1, 12].item() == 0.0  # slots the row does not use
+    assert mixed.log_probs[1, 11:].eq(float("-inf")).all()
+    if family.startswith("hard"):  # the 0th-order model's marginal, by hand (eq. 3)
+        alpha = copied.attention[0, 0]  # the prior over the alignments
+    else:
         alpha = copied.attention[0, -2:].mean(0)
-        assert p[11].item() == pytest.approx((alpha[1] + alpha[3]).item(), abs=1e-5)
-        assert p[12].item() == pytest.approx(alpha[4].item(), abs=1e-5)
-    assert mixed.log_probs.exp()[0].sum().item() == pytest.approx(1.0, abs=1e-5)
+    assert p[0, 11].item() == pytest.approx((alpha[1] + alpha[3]).item(), abs=1e-5)
+    assert p[0, 12].item() == pytest.approx(alpha[4].item(), abs=1e-5)
+    assert p[0, 7].item() == pytest.approx(alpha[5].item(), abs=1e-5)  # t7: its target id
+    assert mixed.log_probs.exp().sum(-1).tolist() == pytest.approx([1.0, 1.0], abs=1e-5)
     with torch.no_grad():  # the next step after writing Z (id 11)
-        after = model.step(copied.state, torch.tensor([11]))
-        as_unk = model.step(copied.state, torch.tensor([UNK_ID]))
-    assert after.log_probs.exp()[0].sum().item() == pytest.approx(1.0, abs=1e-5)
-    if family != "hard":  # (hard monotonic: the alignment is conditioned on Z's own emission)
+        after = model.step(copied.state, torch.tensor([11, 5]))
+        as_unk = model.step(copied.state, torch.tensor([UNK_ID, 5]))
+    assert after.log_probs.exp().sum(-1).tolist() == pytest.approx([1.0, 1.0], abs=1e-5)
+    if family != "hard-monotonic":  # (its alignment is conditioned on Z's own emission)
         assert torch.equal(after.log_probs, as_unk.log_probs)
 
 
@@ -182,23 +212,21 @@ def test_teacher_forcing_scores_copied_unknown_symbols_as_decoding_does(family):
     """The teacher-forced pass (what `explain` reads) and the decoder steps give the same
     distributions when the output holds copied unknown symbols (extended ids 11, 12)."""
     torch.manual_seed(0)
-    if family == "hard-monotonic":
-        small = {"embedding_dim": 8, "encoder_size": 6, "decoder_size": 7, "copy": True}
-        model = build_model("hard", HardAttentionConfig(**small, monotonic=True), 9, 11)
-    else:
-        model = _models()[family]
+    model = _monotonic() if family == "hard-monotonic" else _models()[family]
     model.eval().read_vocabularies(SOURCE, TARGET)
-    b = mark_unknown(collate([[5, UNK_ID, 6, UNK_ID, UNK_ID]], [[11, 9, 12]]), [[0, 1, 0, 1, 2]])
+    b = collate(UNKNOWN_SOURCES, [[11, 9, 12, 7], [9]])
+    b = mark_unknown(b, UNKNOWN_ROWS, 11)
     with torch.no_grad():
-        forced = model(b).log_probs[0]  # T x (V + K)
+        forced = model(b).log_probs  # B x T x (V + K)
         state, steps = model.init_state(b), []
         for t in range(b.target_in.shape[1]):
             step = model.step(state, b.target_in[:, t])
-            steps.append(step.log_probs[0])
+            steps.append(step.log_probs)
             state = step.state
-    assert forced.shape == (4, 13)
-    assert torch.allclose(forced, torch.stack(steps), atol=1e-5)
-    assert forced[torch.arange(4), b.target_out[0]].exp().min().item() > 1e-4
+    assert forced.shape == (2, 5, 13)
+    assert torch.allclose(forced[0], torch.stack(steps, dim=1)[0], atol=1e-5)
+    assert torch.allclose(forced[1, :2], torch.stack(steps, dim=1)[1, :2], atol=1e-5)
+    assert forced[0, torch.arange(5), b.target_out[0]].exp().min().item() > 1e-4
 
 
 def test_an_ensemble_with_a_member_that_does_not_copy():
@@ -214,17 +242,26 @@ def test_an_ensemble_with_a_member_that_does_not_copy():
     assert mean[0, 2].item() == pytest.approx(0.35, abs=1e-6)
     assert mean.sum().item() == pytest.approx(1.0, abs=1e-6)
     torch.manual_seed(0)
-    models = _models()
+    copier = _models()["lstm"].eval()
+    copier.read_vocabularies(SOURCE, TARGET)
     plain_model = build_model(
         "lstm", LSTMConfig(embedding_dim=8, encoder_size=6, decoder_size=7), 9, 11
     ).eval()
-    models["lstm"].eval().read_vocabularies(SOURCE, TARGET)
-    ensemble = Ensemble([models["lstm"], plain_model]).eval()
-    b = mark_unknown(collate([[5, UNK_ID, 6]]), [[0, 1, 0]])
+    ensemble = Ensemble([copier, plain_model]).eval()
+    b = mark_unknown(collate([[5, UNK_ID, 6]]), [[0, 12, 0]], 11)
     with torch.no_grad():
         first = ensemble.step(ensemble.init_state(b), torch.tensor([1]))
         after = ensemble.step(first.state, torch.tensor([11]))  # Z, copied
+        # by hand: the copier reads id 11 itself, the other member reads <unk>
+        one = copier.step(
+            copier.step(copier.init_state(b), torch.tensor([1])).state, torch.tensor([11])
+        )
+        two = plain_model.step(
+            plain_model.step(plain_model.init_state(b), torch.tensor([1])).state,
+            torch.tensor([UNK_ID]),
+        )
     assert first.log_probs.shape == (1, 12)
+    assert torch.allclose(after.log_probs, combine([one.log_probs, two.log_probs]), atol=1e-6)
     assert after.log_probs.exp().sum().item() == pytest.approx(1.0, abs=1e-5)
 
 

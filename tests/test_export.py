@@ -7,6 +7,7 @@ words, unknown characters that a model with copy copies)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from transduce import checkpoint
 from transduce import config as configuration
 from transduce import export as exporting
 from transduce.data.prepare import PrepareRequest, prepare
@@ -30,6 +32,8 @@ from .toy import TINY_LSTM, TINY_TRANSFORMER, recipe, toy_threads, write_task
 # characters (which a model with copy copies: an unknown space inside as itself), an empty
 # line
 ODD = ["", "  ab\u00a0", "xé中g", "\u3000", "gfedcba", "a\u2003bQ"]
+# lines of symbols that no vocabulary of the toy task has (an inner space among them)
+UNSEEN = ["QQ\u2003Z", "中"]
 
 
 def _train(data: dict, out: Path) -> Path:
@@ -51,11 +55,20 @@ def models(tmp_path_factory) -> dict[str, tuple[Path, list[str]]]:
     made: dict[str, tuple[Path, list[str]]] = {}
     families = {
         "lstm-copy-feeding": {**TINY_LSTM, "copy": True, "input_feeding": True},
+        "hard-monotonic": {**TINY_LSTM, "name": "hard", "monotonic": True},
         "hard-monotonic-copy": {**TINY_LSTM, "name": "hard", "monotonic": True, "copy": True},
         "transformer": TINY_TRANSFORMER,
     }
     for name, model in families.items():
         made[name] = (_train(recipe(toy, model, **train), root / name), chars)
+    # the copy model with its gate shut (p_gen = 0): it can only copy, so its outputs of
+    # symbols it has never seen must be those symbols (`test_unknown_symbols_are_copied`)
+    shut = root / "lstm-copy-shut"
+    shutil.copytree(made["lstm-copy-feeding"][0], shut)
+    payload = checkpoint.load(shut / "best.pt")
+    payload["model"]["gate.state.bias"].fill_(-60.0)
+    checkpoint.save(shut / "best.pt", payload)
+    made["lstm-copy-shut"] = (shut, [*chars, *UNSEEN])
 
     inflection = root / "inflection"
     prepare(
@@ -180,6 +193,32 @@ def test_every_family_decodes_as_decode_does_without_transduce(models, exported,
         assert default == expected, name
         assert small == expected, name
         assert sum(1 for e in expected if e) >= len(lines) // 2, name  # real outputs
+
+
+def test_unknown_symbols_are_copied(models, exported, run, tmp_path):
+    """A model that can only copy writes the symbols it has never seen as they are (its
+    outputs are symbols separated by spaces; an inner space is its escape), in the exported
+    file as with `transduce decode`."""
+    run_dir = models["lstm-copy-shut"][0]
+    found = _without_transduce(
+        {"shut": {"file": str(exported["lstm-copy-shut"]), "lines": UNSEEN}}, tmp_path
+    )["shut"][0]
+    expected = _decode(run, run_dir, UNSEEN, tmp_path / "unseen.txt")
+    assert found == expected
+    for line, output in zip(UNSEEN, found, strict=True):
+        symbols = {"<U+2003>" if c == "\u2003" else c for c in line}
+        assert output and set(output.split(" ")) <= symbols, (line, output)
+    # the text of a copied symbol, as `tokens.detokenize` writes it: a character target
+    # unescapes an inner space, a target of symbols keeps the escape
+    text = exporting.Seq2SeqExport._text
+    for unescapes, joiner, written in ((True, "", "a\u2003Q"), (False, " ", "a <U+2003> Q")):
+        spec = SimpleNamespace(
+            target_text=["<pad>", "<s>", "</s>", "<unk>", "<sep>", "a"],
+            unescapes=unescapes,
+            unspace={"<U+2003>": "\u2003", "<space>": " "},
+            joiner=joiner,
+        )
+        assert text(spec, [5, 6, 7], ["<U+2003>", "Q"]) == written
 
 
 def test_the_text_functions_cut_as_python_does():

@@ -211,10 +211,10 @@ def decode_all(
     """Decode id sequences in batches of `options.batch_size` similar lengths; results in
     input order.
 
-    `unknown`, for a model that copies: for each source position, 0 where the symbol is
-    known, k where it is the k-th distinct unknown symbol of its source. A hypothesis may
-    then hold the id V + k - 1 (V: the target vocabulary), that symbol copied
-    (`transduce.models.copy`); the caller spells it."""
+    `unknown`, for a model that copies: for each source position, 0, or where a symbol that
+    the source vocabulary lacks copies to, its output id + 1
+    (`transduce.models.copy.copy_targets`). A hypothesis may then hold an id past the
+    target vocabulary, a symbol that neither vocabulary has, copied; the caller spells it."""
     batch_size = options.batch_size
     was_training = model.training
     model.eval()
@@ -225,7 +225,7 @@ def decode_all(
             chunk = order[start : start + batch_size]
             batch = collate([sources[i] for i in chunk])
             if unknown is not None:
-                mark_unknown(batch, [unknown[i] for i in chunk])
+                mark_unknown(batch, [unknown[i] for i in chunk], model.target_vocab)
             batch = batch.to(device)
             for i, hyps in zip(chunk, decode_batch(model, batch, options)):
                 results[i] = hyps

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 import torch
@@ -45,7 +46,8 @@ def copies(model: nn.Module) -> bool:
 def combine(log_probs: Sequence[Tensor], mean: str = "probability") -> Tensor:
     """The ensemble's log-probabilities from the members' (each ... x V, log-normalized).
     A member that copies may add K extended ids (unknown source symbols,
-    `transduce.models.copy`); the others give them probability 0."""
+    `transduce.models.copy`); the others give them probability 0 (so under the
+    `log-probability` mean, one member that does not copy rules the copies out)."""
     width = max(lp.shape[-1] for lp in log_probs)
     stacked = torch.stack(
         [
@@ -90,7 +92,10 @@ class Ensemble(Seq2SeqModel):
         return [f"m{i}.{name}" for i, m in enumerate(self.models, 1) for name in m.attention_names]
 
     def forward(self, batch: Batch) -> Seq2SeqOutput:
-        outputs = [m(batch) for m in self.models]
+        plain = batch  # for a member that does not copy: an extended id read as <unk>
+        if batch.target_in is not None and batch.copy_slots is not None:
+            plain = replace(batch, target_in=in_vocabulary(batch.target_in, self.target_vocab))
+        outputs = [m(batch if copies(m) else plain) for m in self.models]
         return Seq2SeqOutput(
             log_probs=combine([o.log_probs for o in outputs], self.mean),
             attention=torch.cat([o.attention.float() for o in outputs], dim=1),

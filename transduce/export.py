@@ -232,6 +232,7 @@ class Seq2SeqExport(nn.Module):
     """Tokenization, greedy decoding and detokenization around a traced encoder and step."""
 
     source_index: dict[str, int]
+    target_index: dict[str, int]
     target_text: list[str]
     space: dict[str, str]
     unspace: dict[str, str]
@@ -253,6 +254,7 @@ class Seq2SeqExport(nn.Module):
         self.encoder = encoder
         self.step = step
         self.source_index = {s: i for i, s in enumerate(source_symbols)}
+        self.target_index = {s: i for i, s in enumerate(target_symbols)}
         self.target_text = _target_pieces(target_symbols, text["target_unit"])
         # a copied unknown source symbol is written as `tokens.detokenize` writes it: a
         # whitespace escape as its character (character and word outputs)
@@ -322,22 +324,31 @@ class Seq2SeqExport(nn.Module):
             ids.append(self.eos_id)
         return ids
 
-    def _unknown(self, symbols: list[str]) -> list[str]:
-        """The distinct symbols the model does not know, in order of first appearance
-        (`transduce.models.copy.unknown_symbols`)."""
+    def _copy_targets(self, symbols: list[str], row: list[int]) -> list[str]:
+        """`transduce.models.copy.copy_targets`: fills `row` (0, or where a symbol the
+        source vocabulary lacks copies to, + 1) and returns the symbols that neither
+        vocabulary has (the k-th copies to V + k - 1)."""
         names: list[str] = []
+        size = len(self.target_text)
         for s in symbols:
-            if s not in self.source_index and s not in names:
-                names.append(s)
+            if s in self.source_index:
+                row.append(0)
+            elif s in self.target_index:
+                row.append(self.target_index[s] + 1)
+            else:
+                if s not in names:
+                    names.append(s)
+                row.append(size + names.index(s) + 1)
         return names
 
     def _greedy(self, sources: list[list[int]], unknown: list[list[int]]) -> list[list[int]]:
         """`transduce.decoding.greedy` of one batch: output ids without EOS. `unknown`:
-        for each source position 0, or k where its symbol is the row's k-th unknown one
-        (an output id V + k - 1 copies it)."""
+        for each source position 0, or where a symbol that the source vocabulary lacks
+        copies to, + 1 (`_copy_targets`)."""
         size = len(sources)
         width = 1
-        extra = 0
+        vocab = len(self.target_text)
+        used: list[int] = []  # the extended ids of each row
         for s in sources:
             width = max(width, len(s))
         source = torch.zeros(size, width, dtype=torch.long)  # self.pad_id is 0
@@ -346,11 +357,13 @@ class Seq2SeqExport(nn.Module):
         for row in range(size):
             n = len(sources[row])
             lengths.append(n)
+            used.append(0)
             if n > 0:
                 source[row, :n] = torch.tensor(sources[row], dtype=torch.long)
                 oov[row, :n] = torch.tensor(unknown[row], dtype=torch.long)
-                extra = max(extra, max(unknown[row]))
-        slots = torch.zeros(size, extra, dtype=torch.bool)
+                used[row] = max(0, max(unknown[row]) - vocab)
+        extra = max(used)
+        slots = torch.arange(extra).unsqueeze(0) >= torch.tensor(used).unsqueeze(1)  # B x K
         mask = source != self.pad_id
         limits: list[int] = []
         for n in lengths:
@@ -435,10 +448,8 @@ class Seq2SeqExport(nn.Module):
                     )
                 where.append(k)
                 ids = self._ids(symbols)
-                names = self._unknown(symbols)
                 numbers: list[int] = []
-                for s in symbols:
-                    numbers.append(names.index(s) + 1 if s in names else 0)
+                names = self._copy_targets(symbols, numbers)
                 while len(numbers) < len(ids):  # an appended </s>
                     numbers.append(0)
                 sources.append(ids)
@@ -624,13 +635,17 @@ def _example_sources(vocab_size: int, width: int = 6) -> tuple[Tensor, Tensor]:
     return source, source != PAD_ID
 
 
-def _unknown_example(source: Tensor, extra: int) -> tuple[Tensor, Tensor, Tensor]:
-    """`source` with its first `extra` positions of row 0 made unknown symbols (`<unk>`,
-    numbered 1..extra), their `copy_oov` and `copy_slots`: B x S, B x S, B x K."""
+def _unknown_example(source: Tensor, extra: int, size: int) -> tuple[Tensor, Tensor, Tensor]:
+    """`source` with its first `extra` positions of row 0 made symbols that neither
+    vocabulary has (`<unk>`, copied to the extended ids V..V + extra - 1 of a target
+    vocabulary of `size`), their `copy_oov` and `copy_slots` (the other rows use none):
+    B x S, B x S, B x K."""
     source, oov = source.clone(), torch.zeros_like(source)
     for k in range(extra):
-        source[0, k], oov[0, k] = UNK_ID, k + 1
-    return source, oov, torch.zeros(len(source), extra, dtype=torch.bool)
+        source[0, k], oov[0, k] = UNK_ID, size + k + 1
+    slots = torch.ones(len(source), extra, dtype=torch.bool)
+    slots[0] = False
+    return source, oov, slots
 
 
 def _check(model: Any, encoder: nn.Module, step: nn.Module) -> None:
@@ -640,7 +655,7 @@ def _check(model: Any, encoder: nn.Module, step: nn.Module) -> None:
     values would fail here)."""
     ids = _random_ids([9, 3, 1], 9, model.source_vocab, torch.Generator().manual_seed(0))
     for extra in (0, 2):
-        source, oov, slots = _unknown_example(ids, extra)
+        source, oov, slots = _unknown_example(ids, extra, model.target_vocab)
         mask = source != PAD_ID
         batch = Batch(source, mask, copy_oov=oov, copy_slots=slots)
         expected, traced = model.init_state(batch), encoder(source, mask, oov, slots)
@@ -717,7 +732,8 @@ def build(transducer: Any) -> nn.Module:
         if isinstance(model, Seq2SeqModel):
             # traced with one unknown source symbol, so that a copying model's step records
             # the extended ids of unknown symbols (`transduce.models.copy.extend`)
-            source, oov, slots = _unknown_example(_example_sources(len(vocabs["source"]))[0], 1)
+            example = _example_sources(len(vocabs["source"]))[0]
+            source, oov, slots = _unknown_example(example, 1, len(vocabs["target"]))
             mask = source != PAD_ID
             encoder = torch.jit.trace(_Encoder(model), (source, mask, oov, slots), strict=False)
             state = model.init_state(Batch(source, mask, copy_oov=oov, copy_slots=slots))

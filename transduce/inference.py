@@ -199,12 +199,16 @@ class Transducer:
 
     @property
     def copies(self) -> bool:
-        """Whether the model (of an ensemble, any member) has the copy mechanism, which
-        copies unknown input symbols as they are (`transduce.models.copy`)."""
+        """Whether the model copies input symbols unknown to it as they are
+        (`transduce.models.copy`): it has the copy mechanism; an ensemble, where a member
+        has it and the mean is of probabilities, or where every member has it (the
+        `log-probability` mean gives a copy probability 0 if one member does)."""
         from transduce.ensemble import Ensemble, copies
 
-        models = self.model.models if isinstance(self.model, Ensemble) else [self.model]
-        return any(copies(m) for m in models)
+        if not isinstance(self.model, Ensemble):
+            return copies(self.model)
+        found = [copies(m) for m in self.model.models]
+        return any(found) if self.model.mean == "probability" else all(found)
 
     def autocast(self) -> Any:
         """The precision context decoding runs in."""
@@ -380,7 +384,7 @@ class Transducer:
                 with `posterior`, a model without an alignment posterior.
         """
         from transduce.data.batching import collate, mark_unknown
-        from transduce.models.copy import unknown_symbols
+        from transduce.models.copy import copy_targets
 
         self.check_explain(posterior)
         pairs = [(p.source, o) for p in predictions for o in p.symbols]
@@ -393,13 +397,16 @@ class Transducer:
             unknown: list[list[int]] = []
             index = self.target_vocab.index
             for (read, written), ids in zip(chunk, sources):
-                # an unknown source symbol that a copying model wrote: its extended id, as
-                # decoding gave it (`transduce.models.copy`)
-                names, numbers = unknown_symbols(read, self.source_vocab)
+                # a symbol that neither vocabulary has, which a copying model wrote: its
+                # extended id, as decoding gave it (`transduce.models.copy`)
+                names, numbers = copy_targets(read, self.source_vocab, index, size)
                 unknown.append(numbers + [0] * (len(ids) - len(numbers)))
                 extended = {name: size + k for k, name in enumerate(names)} if copies else {}
                 outputs.append([index.get(o, extended.get(o, UNK_ID)) for o in written])
-            batch = mark_unknown(collate(sources, outputs), unknown).to(self.device)
+            batch = collate(sources, outputs)
+            if copies:
+                mark_unknown(batch, unknown, size)
+            batch = batch.to(self.device)
             with torch.inference_mode(), self.autocast():
                 result = self.model(batch)
             latent = None

@@ -30,8 +30,8 @@ class Batch:
     target_mask: Tensor | None = None  # B x T
     index: Tensor | None = None  # B: positions of the examples in their dataset
     chars: Tensor | None = None  # B x S x C: the characters of each source word (taggers)
-    # with copy (`transduce.models.copy`, `mark_unknown`): 0 at a known source symbol, k
-    # at the row's k-th distinct unknown one; and B x K zeros, K the largest k
+    # with copy (`transduce.models.copy`, `mark_unknown`): 0 where the copy map applies,
+    # else the position's output id + 1; and True at the extended ids a row does not use
     copy_oov: Tensor | None = None  # B x S
     copy_slots: Tensor | None = None  # B x K
 
@@ -97,14 +97,18 @@ def collate(
     return batch
 
 
-def mark_unknown(batch: Batch, unknown: Sequence[Sequence[int]]) -> Batch:
-    """Give a batch its `copy_oov` (for each source position 0, or k where the symbol is
-    its row's k-th distinct unknown one: `unknown`, one list per row) and `copy_slots`
-    (B x K zeros); left as they are when no row has an unknown symbol."""
-    extra = max((max(row, default=0) for row in unknown), default=0)
-    if extra:
-        batch.copy_oov = pad(unknown)[:, : batch.source.shape[1]]  # B x S
-        batch.copy_slots = torch.zeros(len(batch), extra, dtype=torch.bool)  # B x K
+def mark_unknown(batch: Batch, unknown: Sequence[Sequence[int]], size: int) -> Batch:
+    """Give a batch where its source symbols that the source vocabulary lacks copy to
+    (`transduce.models.copy.copy_targets`): `copy_oov` from `unknown` (one list per row: 0,
+    or the position's output id + 1) and `copy_slots` (B x K, K the most extended ids a row
+    has, True at those a row does not use); left as they are when no row has such a
+    symbol. `size`: V, the target vocabulary's size."""
+    if not any(any(row) for row in unknown):
+        return batch
+    used = [max(0, max(row, default=0) - size) for row in unknown]  # extended ids per row
+    batch.copy_oov = pad(unknown)[:, : batch.source.shape[1]]  # B x S
+    extra = max(used)
+    batch.copy_slots = torch.arange(extra).unsqueeze(0) >= torch.tensor(used).unsqueeze(1)
     return batch
 
 

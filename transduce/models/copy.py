@@ -18,19 +18,23 @@ is not among them (`transduce.data.dataset.build_vocabs`), so every source symbo
 target id and the mixture is a distribution: a letter that the training forms never
 showed can still be copied.
 
-**Symbols never seen in training**: as See et al. extend the vocabulary with each
-source's out-of-vocabulary words, a batch may carry `copy_oov` (B x S: 0 for a known
-symbol, k for the k-th distinct unknown symbol of its row; `mark_unknown`) and
-`copy_slots` (B x K zeros, K the most any row has). The output distribution then has
-V + K entries: id V + k - 1 is the row's k-th unknown symbol, reached by copy alone
-(P_vocab gives it nothing), while `<unk>` keeps only p_gen P_vocab(<unk>). A decoder input
-reads such an id as `<unk>` (`in_vocabulary`), and the caller spells it from the source
-(`transduce.tasks.seq2seq`, `Transducer.explain`, the exported file). So a letter that
-training never showed (an uppercase letter, a rare diacritic) is copied as itself, not
-written `<unk>`. Training never has unknown symbols (its vocabularies are built from its
-own data); decoding, teacher-forced scoring and greedy and beam search all see the same
-V + K entries. K travels as a tensor's width, not a number, so a traced decoder step
-(`transduce export`) serves every K.
+**Symbols the source vocabulary lacks** (read as `<unk>`): a batch decoded (or explained)
+may say where each copies to, as See et al. extend the vocabulary with each source's
+out-of-vocabulary words (`copy_targets`, `mark_unknown`): `copy_oov` (B x S) holds 0 where
+the copy map applies, else the position's output id + 1, which is the symbol's target id
+where the target vocabulary has it (a letter that only forms showed, or one left out of
+the source vocabulary by `data.min_count`), else V + k - 1 for the row's k-th distinct
+symbol that neither vocabulary has. `copy_slots` (B x K, K the most any row has) is True
+at the extended ids that a row does not use. The output distribution then has V + K
+entries: id V + k - 1 is reached by copy alone (P_vocab gives it nothing; a slot the row
+does not use has probability 0), while `<unk>` keeps only p_gen P_vocab(<unk>). A decoder
+input reads an extended id as `<unk>` (`in_vocabulary`), and the caller spells it from the
+source (`transduce.tasks.seq2seq`, `Transducer.explain`, the exported file). So a letter
+that training never showed (an uppercase letter, a rare diacritic) is copied as itself,
+not written `<unk>`. Batches built for training and for the dev loss carry no `copy_oov`
+(their unknown symbols, where `min_count` or `vocab_fraction` makes some, copy as `<unk>`);
+the dev and test outputs are decoded with it. K travels as a tensor's width, not a number,
+so a decoder step traced with K > 0 (`transduce export`) serves every K.
 
 w_h*^T h*_t is sum_i a^t_i (w_h*^T h_i): the encoder states are projected to one number
 each once per source (`gate_memory`), and a step mixes those with its attention. With
@@ -46,7 +50,7 @@ action writes the attended symbol), and the mixture over alignments of eq. (3) i
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -62,13 +66,25 @@ def in_vocabulary(previous: Tensor, size: int) -> Tensor:
     return previous.masked_fill(previous >= size, UNK_ID)
 
 
-def unknown_symbols(symbols: Sequence[str], known: Container[str]) -> tuple[list[str], list[int]]:
-    """The distinct symbols of a source that the vocabulary `known` lacks, in order of
-    first appearance, and for each position 0 (a known symbol) or k (the k-th of them): what
-    `Batch.copy_oov` holds."""
-    names = list(dict.fromkeys(s for s in symbols if s not in known))
-    number = {name: k for k, name in enumerate(names, 1)}
-    return names, [number.get(s, 0) for s in symbols]
+def copy_targets(
+    symbols: Sequence[str], source: Container[str], target: Mapping[str, int], size: int
+) -> tuple[list[str], list[int]]:
+    """Where a source's symbols that the source vocabulary lacks copy to (module
+    docstring): the distinct symbols that neither vocabulary has, in order of first
+    appearance (the k-th is output id `size` + k - 1), and for each position what
+    `Batch.copy_oov` holds: 0 for a symbol the source vocabulary has, else its output
+    id + 1.
+
+    Args:
+        symbols: the source's symbols.
+        source: the source vocabulary's symbols.
+        target: the target vocabulary's symbol -> id.
+        size: V, the target vocabulary's size.
+    """
+    names = list(dict.fromkeys(s for s in symbols if s not in source and s not in target))
+    extended = {name: size + k for k, name in enumerate(names)}
+    row = [0 if s in source else target.get(s, extended.get(s, 0)) + 1 for s in symbols]
+    return names, row
 
 
 def copy_map(source: list[str], target: list[str]) -> Tensor:
@@ -115,11 +131,11 @@ class Copying(nn.Module):
 
     def copy_state(self, batch: Batch) -> dict[str, Tensor]:
         """What a decoder state needs to copy: `copy_index`, the output id of each source
-        position (B x S; an unknown symbol's extended id V + k - 1 where the batch has
-        `copy_oov`), and `copy_slots`, B x K zeros (K = 0 without unknown symbols)."""
+        position (B x S: the copy map's, or where the batch has `copy_oov` the one it
+        gives), and `copy_slots`, B x K (K = 0 without extended ids; module docstring)."""
         index = self.copy_map[batch.source]  # B x S
         if batch.copy_oov is not None:
-            index = torch.where(batch.copy_oov > 0, batch.copy_oov + (self.target_vocab - 1), index)
+            index = torch.where(batch.copy_oov > 0, batch.copy_oov - 1, index)
         slots = batch.copy_slots
         if slots is None:
             slots = batch.source.new_zeros(len(batch), 0, dtype=torch.bool)  # B x 0
@@ -148,8 +164,8 @@ def mix(
         gate: the logit of p_gen, B x [T].
         attention: a^t over the source positions, B x [T x] S (0 on padding).
         index: the output id of each source symbol, B x S (< V + K).
-        slots: B x K zeros, K the extended ids of unknown source symbols (module
-            docstring); None: K = 0.
+        slots: B x K, the extended ids (module docstring), True where a row does not use
+            one; None: K = 0.
 
     Returns:
         B x [T x] (V + K) log-probabilities (float32 or wider).
@@ -161,7 +177,7 @@ def mix(
     vocab = extend(log_vocab.exp(), slots)  # P_vocab is 0 on the extended ids
     copied = torch.zeros_like(vocab).scatter_add_(-1, index, attention)  # B x [T x] (V + K)
     probs = p_gen * vocab + (1 - p_gen) * copied
-    return probs.clamp_min(torch.finfo(probs.dtype).tiny).log()
+    return rule_out(probs.clamp_min(torch.finfo(probs.dtype).tiny).log(), slots)
 
 
 def mix_emission(
@@ -173,8 +189,8 @@ def mix_emission(
         log_emission: log P_vocab(w | j), B x [T x] S x V.
         gate: the logit of p_gen_ij, B x [T x] S.
         index: the output id of each source symbol, B x S (< V + K).
-        slots: B x K zeros, K the extended ids of unknown source symbols (module
-            docstring); None: K = 0.
+        slots: B x K, the extended ids (module docstring), True where a row does not use
+            one; None: K = 0.
 
     Returns:
         B x [T x] S x (V + K) log-probabilities.
@@ -185,7 +201,7 @@ def mix_emission(
         index = index.unsqueeze(1).expand(-1, log_emission.shape[1], -1)  # B x T x S
     vocab = extend(log_emission.exp(), slots)  # P_vocab is 0 on the extended ids
     probs = (p_gen * vocab).scatter_add(-1, index.unsqueeze(-1), 1 - p_gen)
-    return probs.clamp_min(torch.finfo(probs.dtype).tiny).log()
+    return rule_out(probs.clamp_min(torch.finfo(probs.dtype).tiny).log(), slots)
 
 
 def extend(probs: Tensor, slots: Tensor | None) -> Tensor:
@@ -194,7 +210,24 @@ def extend(probs: Tensor, slots: Tensor | None) -> Tensor:
     step traced with K > 0 serves every K (`transduce.export` traces it so)."""
     if slots is None or slots.shape[-1] == 0:
         return probs
-    zeros = slots.to(probs.dtype)  # B x K
-    for _ in range(probs.dim() - 2):
-        zeros = zeros.unsqueeze(1)  # B x 1 ... x K
-    return torch.cat([probs, zeros.expand(*probs.shape[:-1], -1)], dim=-1)
+    zeros = torch.zeros_like(_across(slots, probs), dtype=probs.dtype)  # B x ... x K
+    return torch.cat([probs, zeros], dim=-1)
+
+
+def rule_out(log_probs: Tensor, slots: Tensor | None) -> Tensor:
+    """B x ... x (V + K) log-probabilities with -inf at the extended ids that a row does
+    not use (`slots` True; None or K = 0: as they are)."""
+    if slots is None or slots.shape[-1] == 0:
+        return log_probs
+    unused = _across(slots, log_probs)  # B x ... x K
+    vocab = torch.zeros_like(
+        log_probs[..., : log_probs.shape[-1] - slots.shape[-1]], dtype=torch.bool
+    )
+    return log_probs.masked_fill(torch.cat([vocab, unused], dim=-1), float("-inf"))
+
+
+def _across(slots: Tensor, like: Tensor) -> Tensor:
+    """B x K `slots` repeated over the middle axes of `like` (B x ... x V): B x ... x K."""
+    for _ in range(like.dim() - 2):
+        slots = slots.unsqueeze(1)  # B x 1 ... x K
+    return slots.expand(*like.shape[:-1], -1)

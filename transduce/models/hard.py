@@ -244,16 +244,17 @@ class HardAttentionModel(LSTMModel):
         index: Tensor | None = None,
         slots: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Mixture log-probs B x t x V, priors B x t x S and the carried posterior B x S for
-        a block of t target steps (`post` only matters for the monotonic model; `gates` and
-        `index` and `slots` only with copy)."""
-        emission = self._emission(queries, projected, gates, index, slots)  # B x t x S x V
+        """Mixture log-probs B x t x (V + K), priors B x t x S and the carried posterior
+        B x S for a block of t target steps (`post` only matters for the monotonic model;
+        `gates`, `index` and `slots` only with copy)."""
+        emission = self._emission(queries, projected, gates, index, slots)  # B x t x S x (V + K)
         if self.config.monotonic:
             gold = self._gold(emission, target)  # B x t x S
             prior, post = self._priors(self._transitions(scores, mask), gold, post)
         else:
             prior = self._log_alpha(scores, mask)  # B x t x S, eq. (6)
-        log_probs = torch.logsumexp(prior.unsqueeze(-1) + emission, dim=2)  # B x t x V, eq. (3)
+        # B x t x (V + K), eq. (3)
+        log_probs = torch.logsumexp(prior.unsqueeze(-1) + emission, dim=2)
         return log_probs, prior, post
 
     def _decoder_states(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
@@ -306,7 +307,7 @@ class HardAttentionModel(LSTMModel):
             else:
                 blocks.append(self._block(*block))
             post = blocks[-1][2]
-        log_probs = torch.cat([b[0] for b in blocks], dim=1)  # B x T x V
+        log_probs = torch.cat([b[0] for b in blocks], dim=1)  # B x T x (V + K)
         prior = torch.cat([b[1] for b in blocks], dim=1)  # B x T x S
         attention = prior.exp().unsqueeze(1)  # B x 1 x T x S
         return HardOutput(
@@ -332,7 +333,8 @@ class HardAttentionModel(LSTMModel):
             if gates is not None:
                 gates = gates.detach()
                 index, slots = self._copying(batch)
-            emission = self._emission(queries, projected, gates, index, slots)  # B x T x S x V
+            # B x T x S x (V + K)
+            emission = self._emission(queries, projected, gates, index, slots)
             gold = self._gold(emission, batch.target_out).detach()  # B x T x S
             mask = batch.source_mask
             if not self.config.monotonic:

@@ -26,7 +26,7 @@ from transduce.metrics import METRICS, get_metric
 from transduce.metrics.corpus import Corpus
 from transduce.metrics.tagging import TaggingAccuracy
 from transduce.models import Seq2SeqModel, expect
-from transduce.models.copy import unknown_symbols
+from transduce.models.copy import copy_targets
 from transduce.monotonicity import MonotonicityStats, monotonicity_loss, select_mechanisms
 from transduce.schedules import MonotonicityWeight
 from transduce.tasks.base import Candidate, Task, TaskData, encode_pairs
@@ -260,16 +260,16 @@ class Seq2SeqTask(Task[TaskData, Seq2SeqModel]):
     ) -> list[list[Candidate]]:
         source_vocab, target = vocabs["source"], vocabs["target"]
         ids = [source_vocab.encode(s) for s in sources]
-        # symbols never seen in training, numbered per source: a copying model may copy
-        # them, as output ids after the target vocabulary's (`transduce.models.copy`)
+        # where the symbols the source vocabulary lacks copy to, for a model with copy: their
+        # target ids, or ids after the target vocabulary's (`transduce.models.copy`)
+        size = len(target)
         spelled, unknown = [], []
         for symbols, encoded in zip(sources, ids):
-            names, row = unknown_symbols(symbols, source_vocab)
+            names, row = copy_targets(symbols, source_vocab, target.index, size)
             spelled.append(names)
             unknown.append(row + [0] * (len(encoded) - len(row)))  # (and an appended </s>)
         with self.autocast():
             decoded = decode_all(model, ids, options, self.device, unknown)
-        size = len(target)
 
         def spell(tokens: list[int], names: list[str]) -> list[str]:
             return [target.symbols[t] if t < size else names[t - size] for t in tokens]
