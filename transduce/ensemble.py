@@ -33,14 +33,9 @@ from transduce import defaults
 from transduce.data.batching import Batch
 from transduce.errors import ConfigError
 from transduce.models.base import ModelConfig, Seq2SeqModel, Seq2SeqOutput, State, Step
-from transduce.models.copy import in_vocabulary
+from transduce.models.copy import copies, in_vocabulary
 
 MEANS = defaults.ENSEMBLE_MEANS
-
-
-def copies(model: nn.Module) -> bool:
-    """Whether a model has the copy mechanism (and reads extended ids itself)."""
-    return bool(getattr(model.config, "copy", False))
 
 
 def combine(log_probs: Sequence[Tensor], mean: str = "probability") -> Tensor:

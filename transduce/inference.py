@@ -203,7 +203,8 @@ class Transducer:
         (`transduce.models.copy`): it has the copy mechanism; an ensemble, where a member
         has it and the mean is of probabilities, or where every member has it (the
         `log-probability` mean gives a copy probability 0 if one member does)."""
-        from transduce.ensemble import Ensemble, copies
+        from transduce.ensemble import Ensemble
+        from transduce.models.copy import copies
 
         if not isinstance(self.model, Ensemble):
             return copies(self.model)
@@ -399,8 +400,8 @@ class Transducer:
             for (read, written), ids in zip(chunk, sources):
                 # a symbol that neither vocabulary has, which a copying model wrote: its
                 # extended id, as decoding gave it (`transduce.models.copy`)
-                names, numbers = copy_targets(read, self.source_vocab, index, size)
-                unknown.append(numbers + [0] * (len(ids) - len(numbers)))
+                names, numbers = copy_targets(read, self.source_vocab, index, size, len(ids))
+                unknown.append(numbers)
                 extended = {name: size + k for k, name in enumerate(names)} if copies else {}
                 outputs.append([index.get(o, extended.get(o, UNK_ID)) for o in written])
             batch = collate(sources, outputs)

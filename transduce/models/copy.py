@@ -66,8 +66,21 @@ def in_vocabulary(previous: Tensor, size: int) -> Tensor:
     return previous.masked_fill(previous >= size, UNK_ID)
 
 
+def copies(model: nn.Module) -> bool:
+    """Whether a model has the copy mechanism (and reads extended ids itself); an
+    ensemble (`members`), whether any member has it."""
+    members = getattr(model, "members", None)
+    if isinstance(members, nn.ModuleList):
+        return any(copies(m) for m in members)
+    return bool(getattr(model.config, "copy", False))
+
+
 def copy_targets(
-    symbols: Sequence[str], source: Container[str], target: Mapping[str, int], size: int
+    symbols: Sequence[str],
+    source: Container[str],
+    target: Mapping[str, int],
+    size: int,
+    width: int = 0,
 ) -> tuple[list[str], list[int]]:
     """Where a source's symbols that the source vocabulary lacks copy to (module
     docstring): the distinct symbols that neither vocabulary has, in order of first
@@ -80,11 +93,13 @@ def copy_targets(
         source: the source vocabulary's symbols.
         target: the target vocabulary's symbol -> id.
         size: V, the target vocabulary's size.
+        width: the length of the encoded source, where it is longer (an appended `</s>`):
+            the row is padded with 0 to it.
     """
     names = list(dict.fromkeys(s for s in symbols if s not in source and s not in target))
     extended = {name: size + k for k, name in enumerate(names)}
     row = [0 if s in source else target.get(s, extended.get(s, 0)) + 1 for s in symbols]
-    return names, row
+    return names, row + [0] * (width - len(row))
 
 
 def copy_map(source: list[str], target: list[str]) -> Tensor:

@@ -26,7 +26,7 @@ from transduce.metrics import METRICS, get_metric
 from transduce.metrics.corpus import Corpus
 from transduce.metrics.tagging import TaggingAccuracy
 from transduce.models import Seq2SeqModel, expect
-from transduce.models.copy import copy_targets
+from transduce.models.copy import copies, copy_targets
 from transduce.monotonicity import MonotonicityStats, monotonicity_loss, select_mechanisms
 from transduce.schedules import MonotonicityWeight
 from transduce.tasks.base import Candidate, Task, TaskData, encode_pairs
@@ -263,11 +263,15 @@ class Seq2SeqTask(Task[TaskData, Seq2SeqModel]):
         # where the symbols the source vocabulary lacks copy to, for a model with copy: their
         # target ids, or ids after the target vocabulary's (`transduce.models.copy`)
         size = len(target)
-        spelled, unknown = [], []
-        for symbols, encoded in zip(sources, ids):
-            names, row = copy_targets(symbols, source_vocab, target.index, size)
-            spelled.append(names)
-            unknown.append(row + [0] * (len(encoded) - len(row)))  # (and an appended </s>)
+        spelled: list[list[str]] = [[] for _ in sources]
+        unknown = None
+        if copies(model):
+            unknown = []
+            for k, (symbols, encoded) in enumerate(zip(sources, ids)):
+                spelled[k], row = copy_targets(
+                    symbols, source_vocab, target.index, size, len(encoded)
+                )
+                unknown.append(row)
         with self.autocast():
             decoded = decode_all(model, ids, options, self.device, unknown)
 
