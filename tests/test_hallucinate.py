@@ -9,7 +9,13 @@ import pytest
 
 from transduce.config import DataConfig
 from transduce.data.formats import Example, get_format
-from transduce.data.hallucinate import alphabet, hallucinate, replace, stretches
+from transduce.data.hallucinate import (
+    alphabet,
+    hallucinate,
+    reference_choice,
+    replace,
+    stretches,
+)
 from transduce.data.prepare import PrepareRequest, prepare
 from transduce.errors import ConfigError, DataError
 
@@ -75,6 +81,44 @@ def test_deterministic_for_a_seed_and_different_for_another():
     assert hallucinate(real, 0, seed=5)[0] == []
 
 
+def test_reference_choice_by_hand():
+    coins = iter([0.1, 0.9, 0.2, 0.7, 0.5, 0.49]).__next__
+    assert reference_choice(8, coins) == [1, 3, 6]  # offsets 1..6 tossed: below 0.5 replaced
+    assert reference_choice(5, iter([0.0, 0.6, 0.6, 0.6, 0.3]).__next__) == [0, 4]  # ends too
+    assert reference_choice(6, iter([0.0] * 4).__next__) == [1, 2, 3, 4]  # 6 > 5: ends kept
+    assert replace("jumping", "jumped", [(0, 0, 4)], iter("XY").__next__, lambda n: [0, 2]) == (
+        tuple("XuYping"),
+        tuple("XuYped"),
+    )
+
+
+def changed(new: list[Example], real: Example, start: int = 3) -> list[float]:
+    """Per position of the lemma: the fraction of `new` pairs whose symbol differs."""
+    lemma = real.source[start:]
+    return [sum(e.source[start + k] != lemma[k] for e in new) / len(new) for k in range(len(lemma))]
+
+
+def test_reference_style_keeps_the_ends_of_a_long_stem_and_replaces_half_the_rest():
+    real = [pair("abcdefgh", "abcdefghen")]  # one stretch of 8; alphabet: a-h, n (9)
+    paper, _ = hallucinate(real, 600, seed=11)
+    reference, counts = hallucinate(real, 600, seed=11, style="reference")
+    assert counts == {"eligible_pairs": 1, "alphabet_size": 9}
+    for e in reference:  # the same symbols in lemma and form; the ending untouched
+        assert e.target == (*e.source[3:], "e", "n")
+    by_position = changed(reference, real[0])
+    assert by_position[0] == by_position[-1] == 0.0  # the first and last letters kept
+    # each inner letter: replaced with probability 0.5, by another letter 8 times in 9 (0.44)
+    assert all(0.34 < f < 0.55 for f in by_position[1:-1]), by_position
+    assert all(f > 0.8 for f in changed(paper, real[0])), changed(paper, real[0])  # 8/9
+    short = [pair("walk", "walked")]  # a stretch of 5 or fewer: its ends are tossed too
+    walks, _ = hallucinate(short, 600, seed=2, style="reference")
+    assert all(0.3 < f < 0.55 for f in changed(walks, short[0])), changed(walks, short[0])
+    again, _ = hallucinate(list(real), 600, seed=11, style="reference")
+    assert again == reference != hallucinate(real, 600, seed=12, style="reference")[0]
+    with pytest.raises(ValueError, match="not one of paper, reference"):
+        hallucinate(real, 5, seed=1, style="half")
+
+
 # ------------------------------------------------------------------------------- prepare
 
 LEMMAS = ["walk", "talk", "jump", "play", "climb", "paint", "kick", "look", "cook", "laugh"]
@@ -101,7 +145,11 @@ def test_prepare_adds_n_pairs_to_train_only_and_records_them(tmp_path: Path):
         PrepareRequest("sigmorphon", tmp_path / "hal", inputs=files, options=options)
     )
     assert plain["hallucination"] == {"pairs": 0}
-    assert manifest["options"] == {"hallucinate": 25, "hallucinate_seed": 1}  # the split seed
+    assert manifest["options"] == {  # the split seed; every character replaced
+        "hallucinate": 25,
+        "hallucinate_seed": 1,
+        "hallucinate_style": "paper",
+    }
     record = manifest["hallucination"]
     assert record["pairs"] == 25 and record["real_pairs"] == 10 and record["seed"] == 1
     assert manifest["lines"] == {"train": 35, "dev": 2, "test": 1}
@@ -119,6 +167,34 @@ def test_prepare_adds_n_pairs_to_train_only_and_records_them(tmp_path: Path):
     options = {"hallucinate": 25, "hallucinate_seed": 2}
     prepare(PrepareRequest("sigmorphon", tmp_path / "seed2", inputs=files, options=options))
     assert prepared(tmp_path / "seed2", "train") != train and again["options"]["hallucinate"] == 25
+
+
+def test_prepare_reference_style_reaches_the_pairs_and_the_manifest(tmp_path: Path):
+    files = {}
+    for split, words in (("train", ["playing", "painting", "laughing"]), ("dev", ["yell"]),
+                         ("test", ["rest"])):  # fmt: skip
+        path = tmp_path / f"{split}.txt"
+        path.write_text("".join(f"{w}\t{w}s\tN;PL\n" for w in words), encoding="utf-8")
+        files[split] = [path]
+    manifests = {}
+    for style in ("paper", "reference"):
+        options = {"hallucinate": 300, "hallucinate_style": style}
+        request = PrepareRequest("sigmorphon", tmp_path / style, inputs=files, options=options)
+        manifests[style] = prepare(request)
+    assert manifests["reference"]["options"]["hallucinate_style"] == "reference"
+    assert manifests["reference"]["hallucination"]["style"] == "reference"
+    assert "probability 0.5" in manifests["reference"]["hallucination"]["method"]
+    assert manifests["paper"]["hallucination"]["style"] == "paper"
+    ends = {}
+    for style in ("paper", "reference"):
+        kept = 0
+        for line in prepared(tmp_path / style, "train")[3:]:
+            source, target = line.split("\t")
+            lemma = source.split(" <sep> ")[1].split()
+            assert target.split() == [*lemma, "s"]
+            kept += (lemma[0], lemma[-1]) in {("p", "g"), ("l", "g")}  # the real stems' ends
+        ends[style] = kept
+    assert ends["reference"] == 300 and ends["paper"] < 30  # 2 of 81 by chance for paper
 
 
 def test_prepare_carves_dev_and_test_before_hallucinating(tmp_path: Path):
@@ -170,6 +246,8 @@ def test_formats_without_a_shared_alphabet_refuse():
             get_format("sigmorphon", hallucinate=bad)
     with pytest.raises(ConfigError, match="--hallucinate-seed"):
         get_format("tsv", hallucinate=1, hallucinate_seed="x")
+    with pytest.raises(ConfigError, match="--hallucinate-style must be paper or reference"):
+        get_format("sigmorphon", hallucinate=1, hallucinate_style="half")
 
 
 def test_a_recipe_sets_it_in_data_options():
@@ -188,6 +266,15 @@ def test_cli_hallucinate(run, tmp_path: Path):
     manifest = json.loads((tmp_path / "o" / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["hallucination"]["pairs"] == 5 and manifest["hallucination"]["seed"] == 3
     assert len(prepared(tmp_path / "o", "train")) == 15
+    assert manifest["hallucination"]["style"] == "paper"
+    result = run("prepare", "sigmorphon", files["train"][0], "-o", tmp_path / "r", *args,
+                 "--hallucinate", "5", "--hallucinate-style", "reference")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["hallucination"]["style"] == "reference"
+    result = run("prepare", "sigmorphon", files["train"][0], "-o", tmp_path / "h", *args,
+                 "--hallucinate", "5", "--hallucinate-style", "half")  # fmt: skip
+    assert result.exit_code == 2 and "half" in result.output and not (tmp_path / "h").exists()
     one_line_error(
         run(
             "prepare", "sigmorphon", files["train"][0], "-o", tmp_path / "x", "--hallucinate", "-2"

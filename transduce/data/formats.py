@@ -12,7 +12,8 @@ Formats:
     conllu      Universal Dependencies CoNLL-U, one sentence per example, tags as target
     parallel    two line-aligned text files, words or BPE subwords
 
-tsv and sigmorphon also take `hallucinate` and `hallucinate_seed` (`HallucinationOptions`).
+tsv and sigmorphon also take `hallucinate`, `hallucinate_seed` and `hallucinate_style`
+(`HallucinationOptions`).
 """
 
 from __future__ import annotations
@@ -182,7 +183,8 @@ class HallucinationOptions:
 
     `hallucinate` new training pairs (Anastasopoulos & Neubig 2019, `transduce.data.
     hallucinate`) are added after the split, seeded by `hallucinate_seed` (None: the split
-    seed).
+    seed), their stems replaced as `hallucinate_style` says (paper: every character;
+    reference: as the authors' code).
     """
 
     hallucinate: int = option(
@@ -194,6 +196,14 @@ class HallucinationOptions:
     )
     hallucinate_seed: int | None = option(
         None, "Seed of the hallucination.", shown="--seed", group="Hallucination"
+    )
+    hallucinate_style: str = option(
+        "paper",
+        "How a stem is replaced: every character (paper, sec. 3) or as the authors' code does "
+        "(reference: each with probability 0.5, the ends of a stem longer than 5 kept).",
+        shown="paper",
+        choices=("paper", "reference"),
+        group="Hallucination",
     )
 
 
@@ -237,6 +247,10 @@ class Format(ABC):
         if o.hallucinate_seed is not None and not _is_int(o.hallucinate_seed):
             raise ConfigError(
                 f"--hallucinate-seed must be a whole number, not {o.hallucinate_seed!r}"
+            )
+        if o.hallucinate_style not in ("paper", "reference"):
+            raise ConfigError(
+                f"--hallucinate-style must be paper or reference, not {o.hallucinate_style!r}"
             )
 
     def validate(self) -> None:  # noqa: B027  (optional hook)

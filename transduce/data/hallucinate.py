@@ -21,11 +21,17 @@ baselines ship it). Here:
   the space of a multiword form stays a space, as the reference code's mask does), yields
   its pieces of `MIN_STRETCH` (3) or more symbols; stretches of 1 or 2 are kept as they
   are, and a pair without a stretch yields nothing.
-* **Replacement.** Every symbol of every stretch is replaced by a symbol drawn uniformly
-  from the alphabet (the distinct symbols of the training lemmas and forms, whitespace
-  symbols left out), the same symbols in lemma and form. The reference code replaces
-  each symbol of a stretch with probability 0.5 only, and keeps the first and last
-  symbols of a stretch longer than 5; here the whole stretch is replaced.
+* **Replacement**, by `style`. The new symbols are drawn uniformly from the alphabet (the
+  distinct symbols of the training lemmas and forms, whitespace symbols left out), the
+  same symbols in lemma and form.
+  - `paper` (the default): every symbol of every stretch is replaced, as §3 describes
+    it ("replace the stem with random characters").
+  - `reference`: as the authors' code does it (`augment.py` of
+    github.com/antonisa/inflection, `augment`): in a stretch longer than 5 the first and
+    last symbols are kept, and each other symbol is replaced with probability 0.5. The
+    ends of a long stem, the letter before the ending among them, stay as they were, so a
+    hallucinated pair keeps the stem-final letter that often decides the ending.
+  The authors' code draws its alphabet from the dev set too; here from training alone.
 * **Sampling.** N pairs are made, each from a real pair drawn uniformly, with
   replacement, among those with a stretch. Only `random.Random(seed).random()` is used
   (its sequence is guaranteed across Python versions and platforms, unlike `choice`), and
@@ -46,6 +52,16 @@ from transduce.errors import DataError
 from transduce.special import SEP, unescape
 
 MIN_STRETCH = 3  # Anastasopoulos & Neubig §3: "3 or more characters"
+STYLES = ("paper", "reference")  # how a stretch is replaced (module docstring)
+KEEP_ENDS_ABOVE = 5  # reference: a stretch longer than this keeps its first and last symbols
+REPLACE_PROBABILITY = 0.5  # reference: each other symbol of a stretch is replaced with this
+METHODS = {
+    "paper": "Anastasopoulos & Neubig 2019, sec. 3: each aligned stretch of identical "
+    "symbols replaced by the same uniform random symbols in source and target",
+    "reference": "Anastasopoulos & Neubig 2019, as their augment.py: in each aligned stretch "
+    "of identical symbols, each symbol (but the first and last of a stretch longer than 5) "
+    "replaced with probability 0.5 by the same uniform random symbol in source and target",
+}
 ALIGNMENT = "difflib.SequenceMatcher(autojunk=False) matching blocks"
 
 Span = tuple[int, int, int]  # start in the lemma, start in the form, length
@@ -77,18 +93,42 @@ def stretches(
 
 
 def replace(
-    lemma: Sequence[str], form: Sequence[str], spans: Sequence[Span], draw: Callable[[], str]
+    lemma: Sequence[str],
+    form: Sequence[str],
+    spans: Sequence[Span],
+    draw: Callable[[], str],
+    chosen: Callable[[int], Sequence[int]] | None = None,
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Replace each span by symbols from `draw`, the same ones in lemma and form.
+    """Replace symbols of each span by symbols from `draw`, the same ones in lemma and form.
+
+    `chosen(size)` gives the offsets within a span of that size to replace (None: all of
+    them, the `paper` style).
 
     >>> replace("walk", "walked", [(0, 0, 4)], iter("XYZW").__next__)
     (('X', 'Y', 'Z', 'W'), ('X', 'Y', 'Z', 'W', 'e', 'd'))
+    >>> replace("walk", "walked", [(0, 0, 4)], iter("XY").__next__, lambda size: [1, 3])
+    (('w', 'X', 'l', 'Y'), ('w', 'X', 'l', 'Y', 'e', 'd'))
     """
     new_lemma, new_form = list(lemma), list(form)
     for i, j, size in spans:
-        for k in range(size):
+        for k in range(size) if chosen is None else chosen(size):
             new_lemma[i + k] = new_form[j + k] = draw()
     return tuple(new_lemma), tuple(new_form)
+
+
+def reference_choice(size: int, coin: Callable[[], float]) -> list[int]:
+    """The offsets the reference code replaces in a stretch of `size`, one `coin` each.
+
+    A stretch longer than `KEEP_ENDS_ABOVE` keeps its first and last symbols; each other
+    offset is replaced when `coin()` (uniform in [0, 1)) is below `REPLACE_PROBABILITY`.
+
+    >>> reference_choice(6, iter([0.1, 0.9, 0.2, 0.7]).__next__)  # ends kept: 1..4 tossed
+    [1, 3]
+    >>> reference_choice(3, iter([0.9, 0.1, 0.4]).__next__)  # 5 or shorter: all tossed
+    [1, 2]
+    """
+    first, last = (1, size - 1) if size > KEEP_ENDS_ABOVE else (0, size)
+    return [k for k in range(first, last) if coin() < REPLACE_PROBABILITY]
 
 
 def _below(rng: random.Random, n: int) -> int:
@@ -114,7 +154,7 @@ def alphabet(examples: Sequence[Example]) -> list[str]:
 
 
 def hallucinate(
-    examples: Sequence[Example], n: int, seed: int, name: str = ""
+    examples: Sequence[Example], n: int, seed: int, name: str = "", style: str = "paper"
 ) -> tuple[list[Example], dict[str, int]]:
     """Make `n` hallucinated pairs out of the training `examples`.
 
@@ -123,6 +163,8 @@ def hallucinate(
         n: How many pairs to make.
         seed: The seed of the draws.
         name: The training file's name, for the error when no pair has a stretch.
+        style: `paper` (every symbol of a stretch replaced) or `reference` (the authors'
+            code: each with probability 0.5, the ends of a stretch longer than 5 kept).
 
     Returns:
         The new examples (tags, features and line number of the pair each came from), and
@@ -132,6 +174,8 @@ def hallucinate(
     Raises:
         DataError: `n` > 0 and no pair has a stretch (source and target share no runs).
     """
+    if style not in STYLES:
+        raise ValueError(f"hallucination style {style!r} is not one of {', '.join(STYLES)}")
     eligible: list[tuple[Example, int, list[Span]]] = []
     for example in examples:
         start = lemma_start(example.source)
@@ -153,9 +197,18 @@ def hallucinate(
     def draw() -> str:
         return symbols[_below(rng, len(symbols))]
 
+    def chosen(size: int) -> list[int]:
+        return reference_choice(size, rng.random)
+
     new = []
     for _ in range(n):
         example, start, spans = eligible[_below(rng, len(eligible))]
-        lemma, form = replace(example.source[start:], example.target or (), spans, draw)
+        lemma, form = replace(
+            example.source[start:],
+            example.target or (),
+            spans,
+            draw,
+            chosen if style == "reference" else None,
+        )
         new.append(Example(example.source[:start] + lemma, form, example.features, example.line))
     return new, counts

@@ -210,7 +210,10 @@ def _hallucinate(
             f"{units[1]} (set --source-unit and --target-unit)"
         )
     real = splits["train"]
-    new, counts = hallucinate.hallucinate(real, options.hallucinate, options.hallucinate_seed, name)
+    style = options.hallucinate_style
+    new, counts = hallucinate.hallucinate(
+        real, options.hallucinate, options.hallucinate_seed, name, style
+    )
     splits["train"] = [*real, *new]
     return {
         "pairs": len(new),
@@ -219,8 +222,8 @@ def _hallucinate(
         **counts,
         "min_stretch": hallucinate.MIN_STRETCH,
         "alignment": hallucinate.ALIGNMENT,
-        "method": "Anastasopoulos & Neubig 2019, sec. 3: each aligned stretch of identical "
-        "symbols replaced by the same uniform random symbols in source and target",
+        "style": style,
+        "method": hallucinate.METHODS[style],
     }
 
 
