@@ -23,6 +23,9 @@ the time left, and is stopped at it), in this order:
    monotonicity loss (λ = 0 and 0.1, seed 1; `rios2021-g2p-transformer`), both at once,
    for the time left (with `--data-root` holding g2p-wu2018-cmudict-nettalk; the runs
    stop as at Ctrl-C and resume when the same command is run with the same `--work`).
+   `--rios-experiment rios2021-g2p-rnn --rios-cells rnn.cmudict.seed1,...` runs other
+   cells (all at once), e.g. the RNN's CMUdict half of issue 31; each cell's updates per
+   second are reported, to say how long a whole run needs.
 
 Then the summary table, printed and in DIR/summary.md.
 
@@ -428,7 +431,13 @@ def grid_part(check: Check, device: str, tiny: bool, workers: list[int], sampler
         )
 
 
-def issue16_part(check: Check, device: str, data_root: Path | None) -> None:
+def issue16_part(
+    check: Check,
+    device: str,
+    data_root: Path | None,
+    experiment: str = "rios2021-g2p-transformer",
+    cells: tuple[str, ...] = RIOS_CELLS,
+) -> None:
     seconds = check.left() - 10
     if data_root is None or not (data_root / RIOS_DATA).is_dir():
         check.result("issue16", skipped=f"no {RIOS_DATA} under --data-root")
@@ -437,23 +446,28 @@ def issue16_part(check: Check, device: str, data_root: Path | None) -> None:
         check.result("issue16", skipped=f"{seconds:.0f} s left")
         return
     out = check.work / "issue16"
-    command = [sys.executable, "-m", "transduce", "experiment", "run", "rios2021-g2p-transformer"]
-    command += ["--out", out, "--data-root", data_root, "--workers", "2", "-q"]
-    command += ["--per-gpu", "2"] if device == "cuda" else ["--threads", "1"]
-    for cell in RIOS_CELLS:
+    command = [sys.executable, "-m", "transduce", "experiment", "run", experiment]
+    command += ["--out", out, "--data-root", data_root, "--workers", str(len(cells)), "-q"]
+    command += ["--per-gpu", str(len(cells))] if device == "cuda" else ["--threads", "1"]
+    for cell in cells:
         command += ["--cells", cell]
     code, wall, _ = check.run(command, seconds)
-    for cell in RIOS_CELLS:
+    for cell in cells:
         report: dict[str, Any] = {}
         with contextlib.suppress(OSError, ValueError):
             report = json.loads((out / "runs" / cell / "train.json").read_text("utf-8"))
         history = report.get("history") or []
+        training = report.get("training_seconds")
+        updates = report.get("updates")
         check.result(
             "issue16",
+            experiment=experiment,
             cell=cell,
             exit=code,
             wall_s=round(wall, 1),
-            updates=report.get("updates"),
+            updates=updates,
+            training_s=None if training is None else round(training, 1),
+            updates_per_s=round(updates / training, 2) if updates and training else None,
             stop=report.get("stop"),
             last_dev=history[-1].get("dev_scores") if history else None,
             test=report.get("test"),
@@ -469,7 +483,9 @@ def summary(results: list[dict[str, Any]]) -> str:
     rows = []
     for r in results:
         part = r["part"]
-        if part == "env":
+        if "error" in r or "skipped" in r:  # a part that failed, or had no time or data
+            what = ", ".join(f"{k} {v}" for k, v in r.items() if k not in ("part", "at_s"))
+        elif part == "env":
             what = (
                 f"{r.get('gpu', 'no GPU')}, driver {r.get('driver')}, torch {r['torch']} "
                 f"(CUDA {r['torch_cuda']}), {r['cores']} cores"
@@ -503,7 +519,10 @@ def summary(results: list[dict[str, Any]]) -> str:
                 f" = {r['runs_per_hour']:,} runs/hour; GPU busy {_percent(r['busy'])}"
             )
         elif part == "issue16" and "cell" in r:
-            what = f"{r['cell']}: {r['updates']} updates in {r['wall_s']} s, stop {r['stop']}"
+            what = (
+                f"{r['cell']}: {r['updates']} updates in {r['wall_s']} s "
+                f"({r.get('updates_per_s')} updates/s in training), stop {r['stop']}"
+            )
         else:
             what = ", ".join(f"{k} {v}" for k, v in r.items() if k not in ("part", "at_s"))
         rows.append(f"| {part} | {what} | {r['at_s']} |")
@@ -527,6 +546,8 @@ def main() -> None:
         "--workers", help="cells at once in the grid part (default 1,4,8; tiny 1,2)"
     )
     parser.add_argument("--parts", default=",".join(PARTS), help="which parts, in order")
+    parser.add_argument("--rios-experiment", default="rios2021-g2p-transformer")
+    parser.add_argument("--rios-cells", default=",".join(RIOS_CELLS), help="comma-separated")
     args = parser.parse_args()
     workers = [int(w) for w in (args.workers or ("1,2" if args.tiny else "1,4,8")).split(",")]
     parts = args.parts.split(",")
@@ -561,7 +582,8 @@ def main() -> None:
                 elif part == "grid":
                     grid_part(check, args.device, args.tiny, workers, sampler)
                 elif part == "issue16":
-                    issue16_part(check, args.device, args.data_root)
+                    cells = tuple(args.rios_cells.split(","))
+                    issue16_part(check, args.device, args.data_root, args.rios_experiment, cells)
             except Exception as error:  # one part's failure is reported; the others go on
                 check.result(part, error=f"{type(error).__name__}: {error}")
     finally:

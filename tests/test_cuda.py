@@ -3,8 +3,9 @@ alone with `python -m pytest -m cuda -v` (`benchmarks/gpu_check.py` runs them fi
 
 Training a few updates on the GPU in fp32, bf16 and fp16 (with its gradient scaler),
 learning a toy task there, resume, decoding (greedy, beam, an ensemble) as on the CPU,
-`average`, `analyze-monotonicity`, `--nproc 1` with NCCL, the refusal of `--nproc` beyond
-the GPUs there are, and several grid cells sharing one GPU.
+the copy of symbols training never showed, `average`, `analyze-monotonicity`, `--nproc 1`
+with NCCL, the refusal of `--nproc` beyond the GPUs there are, and several grid cells
+sharing one GPU.
 
 On a GPU the kernels differ from the CPU's (cuDNN's LSTM, TF32-free float32 matrix
 products, atomics in the embeddings' backward pass): the comparisons with the CPU allow
@@ -222,6 +223,28 @@ def test_an_ensemble_decodes_on_the_gpu(learned, copy, tmp_path):
     gpu_lines, cpu_lines = gpu.stdout.splitlines(), cpu.stdout.splitlines()
     assert len(gpu_lines) == len(cpu_lines) == len(_inputs(copy))
     assert sum(a == b for a, b in zip(gpu_lines, cpu_lines)) >= 0.95 * len(gpu_lines)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_copy_of_unseen_symbols_on_the_gpu_as_on_the_cpu(copy, tmp_path, device):
+    """The extended vocabulary (See et al.): letters training never showed (X, Q) are
+    copied as themselves on the GPU too, by greedy and beam search and by an ensemble; the
+    copy gate is shut (p_gen = 0), so the outputs are known (tests/test_copy.py on the CPU)."""
+    run = tmp_path / "run"
+    train(run, gpu_recipe(copy, COPYING, precision="fp32"))
+    payload = checkpoint.load(run / "last.pt")
+    payload["model"]["gate.state.bias"].fill_(-60.0)
+    model = Transducer.from_checkpoint(payload, device)
+    assert model.transduce(["XX"])[0].symbols[0] == ["X"] * 14  # to the limit 2|x| + 10
+    predictions = model.transduce(["XQ", "aXb"], beam=3, nbest=2)
+    for prediction, letters in zip(predictions, [{"X", "Q"}, {"a", "X", "b"}], strict=True):
+        assert len(prediction.symbols) == 2
+        assert all(set(s) <= letters and s for s in prediction.symbols)
+    for prediction, explained in zip(predictions, model.explain(predictions), strict=True):
+        for score, said in zip(prediction.scores, explained, strict=True):
+            assert said.log_prob == pytest.approx(score, rel=1e-3, abs=1e-3)
+    ensemble = Transducer.ensemble([payload, payload], device)
+    assert ensemble.transduce(["QQ"])[0].symbols[0] == ["Q"] * 14
 
 
 def test_average_of_checkpoints_saved_on_the_gpu(learned, tmp_path):

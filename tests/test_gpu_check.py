@@ -58,3 +58,17 @@ def test_gpu_check_runs_the_main_job_compiled(tmp_path):
     config = (out / "work" / "compile" / "config.yaml").read_text(encoding="utf-8")
     assert "compile: true" in config
     assert "| compile | wall " in (out / "summary.md").read_text()
+
+
+def test_gpu_check_summary_shows_a_failed_part():
+    """A part that failed before it measured anything (on its first GPU run: the package
+    not importable) is a row of its error, not a KeyError that loses the summary."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    error = "ModuleNotFoundError: No module named 'transduce'"
+    table = module.summary([{"part": "env", "at_s": 6.7, "error": error}])
+    assert f"| env | error {error} | 6.7 |" in table
