@@ -483,7 +483,7 @@ def summary(results: list[dict[str, Any]]) -> str:
     rows = []
     for r in results:
         part = r["part"]
-        if "error" in r or "skipped" in r:  # a part that failed, or had no time or data
+        if "error" in r or isinstance(r.get("skipped"), str):  # failed, or no time or data
             what = ", ".join(f"{k} {v}" for k, v in r.items() if k not in ("part", "at_s"))
         elif part == "env":
             what = (
@@ -547,8 +547,15 @@ def main() -> None:
     )
     parser.add_argument("--parts", default=",".join(PARTS), help="which parts, in order")
     parser.add_argument("--rios-experiment", default="rios2021-g2p-transformer")
-    parser.add_argument("--rios-cells", default=",".join(RIOS_CELLS), help="comma-separated")
+    parser.add_argument(
+        "--rios-cells",
+        default=",".join(RIOS_CELLS),
+        help=f"cell names, comma-separated, not patterns (their data: {RIOS_DATA})",
+    )
     args = parser.parse_args()
+    rios_cells = tuple(c.strip() for c in args.rios_cells.split(",") if c.strip())
+    if not rios_cells or any(set(c) & set("*?[") for c in rios_cells):
+        parser.error(f"--rios-cells: cell names, not patterns or nothing: {args.rios_cells!r}")
     workers = [int(w) for w in (args.workers or ("1,2" if args.tiny else "1,4,8")).split(",")]
     parts = args.parts.split(",")
     unknown = [p for p in parts if p not in PARTS]
@@ -582,8 +589,8 @@ def main() -> None:
                 elif part == "grid":
                     grid_part(check, args.device, args.tiny, workers, sampler)
                 elif part == "issue16":
-                    cells = tuple(args.rios_cells.split(","))
-                    issue16_part(check, args.device, args.data_root, args.rios_experiment, cells)
+                    experiment = args.rios_experiment
+                    issue16_part(check, args.device, args.data_root, experiment, rios_cells)
             except Exception as error:  # one part's failure is reported; the others go on
                 check.result(part, error=f"{type(error).__name__}: {error}")
     finally:

@@ -72,3 +72,8 @@ def test_gpu_check_summary_shows_a_failed_part():
     error = "ModuleNotFoundError: No module named 'transduce'"
     table = module.summary([{"part": "env", "at_s": 6.7, "error": error}])
     assert f"| env | error {error} | 6.7 |" in table
+    tests = {"part": "tests", "at_s": 9.0, "exit": 0, "stopped_at_limit": False, "passed": 3}
+    table = module.summary([{**tests, "failed": 0, "skipped": 0, "failures": []}])
+    assert "| tests | 3 passed, 0 failed, 0 skipped | 9.0 |" in table  # its own row
+    table = module.summary([{"part": "issue16", "at_s": 2.0, "skipped": "5 s left"}])
+    assert "| issue16 | skipped 5 s left | 2.0 |" in table

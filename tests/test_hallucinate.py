@@ -194,7 +194,7 @@ def test_prepare_reference_style_reaches_the_pairs_and_the_manifest(tmp_path: Pa
             assert target.split() == [*lemma, "s"]
             kept += (lemma[0], lemma[-1]) in {("p", "g"), ("l", "g")}  # the real stems' ends
         ends[style] = kept
-    assert ends["reference"] == 300 and ends["paper"] < 30  # 2 of 81 by chance for paper
+    assert ends["reference"] == 300 and ends["paper"] < 30  # 2 in 121 by chance for paper
 
 
 def test_prepare_carves_dev_and_test_before_hallucinating(tmp_path: Path):

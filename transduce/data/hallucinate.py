@@ -31,7 +31,9 @@ baselines ship it). Here:
     last symbols are kept, and each other symbol is replaced with probability 0.5. The
     ends of a long stem, the letter before the ending among them, stay as they were, so a
     hallucinated pair keeps the stem-final letter that often decides the ending.
-  The authors' code draws its alphabet from the dev set too; here from training alone.
+  `reference` is the authors' replacement rule only: their code draws its alphabet from
+  the dev set too (here from training alone), aligns with its own aligner, and goes
+  through the eligible pairs in order, pass after pass (here drawn as below).
 * **Sampling.** N pairs are made, each from a real pair drawn uniformly, with
   replacement, among those with a stretch. Only `random.Random(seed).random()` is used
   (its sequence is guaranteed across Python versions and platforms, unlike `choice`), and
