@@ -289,7 +289,6 @@ def test_a_copy_recipe_learns_and_keeps_its_copy(tmp_path):
     from transduce import checkpoint
     from transduce import config as configuration
     from transduce.data.prepare import PrepareRequest, prepare
-    from transduce.inference import Transducer
     from transduce.training import Trainer
 
     from .toy import DEV_BAR, TEST_BAR, TINY_LSTM, recipe, write_task
@@ -309,11 +308,21 @@ def test_a_copy_recipe_learns_and_keeps_its_copy(tmp_path):
     payload = checkpoint.load(run / "best.pt")
     assert "z" in payload["vocab"]["target"] and "z" in payload["vocab"]["source"]
     assert any(key.startswith("gate.") for key in payload["model"])
-    # decoding letters that training never showed (X, Q): copied as themselves, never
-    # written <unk>, by one model, by beam search and by an ensemble; the gate is shut
-    # (p_gen = 0) so that only copies are possible and the output is known
+    copies_unseen_letters(payload)
+
+
+def copies_unseen_letters(
+    payload: dict, device: str = "cpu", rel: float = 1e-4, abs_: float = 1e-12
+) -> None:
+    """Decoding letters that the toy copy task's training never showed (X, Q): copied as
+    themselves, never written <unk>, by one model (greedy, beam n-best and `explain`'s
+    probabilities, within `rel` and `abs_`) and by an ensemble. The gate of the checkpoint
+    `payload` is shut first (p_gen = 0), so that only copies are possible and the output
+    is known. Also run on a GPU (tests/test_cuda.py)."""
+    from transduce.inference import Transducer
+
     payload["model"]["gate.state.bias"].fill_(-60.0)
-    model = Transducer.from_checkpoint(payload)
+    model = Transducer.from_checkpoint(payload, device)
     assert model.transduce(["XX"])[0].symbols[0] == ["X"] * 14  # to the limit 2|x| + 10
     predictions = model.transduce(["XQ", "aXb"], beam=3, nbest=2)
     for prediction, letters in zip(predictions, [{"X", "Q"}, {"a", "X", "b"}], strict=True):
@@ -321,6 +330,6 @@ def test_a_copy_recipe_learns_and_keeps_its_copy(tmp_path):
         assert all(set(s) <= letters and s for s in prediction.symbols)
     for prediction, explained in zip(predictions, model.explain(predictions), strict=True):
         for score, said in zip(prediction.scores, explained, strict=True):
-            assert said.log_prob == pytest.approx(score, rel=1e-4)  # the copies, not <unk>
-    ensemble = Transducer.ensemble([payload, payload])
+            assert said.log_prob == pytest.approx(score, rel=rel, abs=abs_)
+    ensemble = Transducer.ensemble([payload, payload], device)
     assert ensemble.transduce(["QQ"])[0].symbols[0] == ["Q"] * 14
