@@ -793,10 +793,55 @@ def ensembled(tmp_path_factory) -> tuple[Path, Path]:
     path = root / "ensembled.yaml"
     path.write_text(yaml.safe_dump(experiment, sort_keys=False))
     out = root / "exp"
-    result = run_experiment("run", path, "--out", out, "--workers", "2", cwd=root)
+    result = run_experiment("run", path, "--out", out, "--workers", "1", cwd=root)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
+    # each ensemble is decoded as soon as its last run is done, before the next cell
+    # starts (one at a time), so that a grid stopped later keeps it
+    said = result.stderr
+    assert said.index("lstm.copy.seed2 done") < said.index("the ensemble lstm.copy done")
+    assert said.index("the ensemble lstm.copy done") < said.index("started lstm.reverse.seed1")
+    assert said.count("started the ensemble") == 2  # not again once the cells are done
     return path, out
+
+
+class FakeProcess:
+    """A running child process as `Stopping.pass_on` sees it, recording its signals."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.signals = pid, []
+
+    def poll(self) -> None:
+        return None
+
+    def send_signal(self, signum: int) -> None:
+        self.signals.append(signum)
+
+
+def test_one_stopping_shared_by_two_loops_passes_each_signal_once_to_each_process():
+    """A SIGTERM while an ensemble decodes in a cell's place: the decode's loop and the
+    cells' loop share the executor's `Stopping`; each process gets one Ctrl-C for it,
+    whichever loop passes it on first, and one more for a second SIGTERM."""
+    control = runner.Stopping()
+    cells, decode = [FakeProcess(11), FakeProcess(12)], [FakeProcess(13)]
+    with control.interrupts():
+        control.pass_on([*cells, *decode])
+        assert all(p.signals == [] for p in (*cells, *decode))  # nothing had yet
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while not control.stopping and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert control.stopping
+        control.pass_on(decode)  # the decode's loop first
+        control.pass_on(cells)
+        control.pass_on([*cells, *decode])  # again: nothing new
+        assert all(p.signals == [signal.SIGINT] for p in (*cells, *decode))
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while control._signals < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        control.pass_on([*cells, *decode])
+        assert all(p.signals == [signal.SIGINT] * 2 for p in (*cells, *decode))
 
 
 def results_only(source: Path, destination: Path) -> Path:

@@ -341,11 +341,13 @@ def run_all(
     chosen: list[Cell] | None = None,
     announce: Callable[[str], None] = lambda text: None,
     report: Callable[[list[EnsembleOutcome]], None] = lambda outcomes: None,
+    control: Stopping | None = None,
 ) -> tuple[list[EnsembleOutcome], bool]:
     """Decode every ensemble whose members have all finished and that is not up to date
     or has no dev scores (of the groups with a cell among `chosen`), `workers` at a time;
     `report` is called after each. Returns the outcomes and whether Ctrl-C stopped them (no
-    new one starts; the running ones end)."""
+    new one starts; the running ones end). `control`: the signals' state to share (the
+    executor's, while its cells run); None: its own."""
     ids = None if chosen is None else {c.id for c in chosen}
     todo = [
         g
@@ -354,7 +356,7 @@ def run_all(
         and ready(directory, g)
         and needs_decoding(directory, g)
     ]
-    control = Stopping()
+    control = Stopping() if control is None else control
     outcomes: list[EnsembleOutcome] = []
     if not todo:
         return outcomes, False

@@ -1,8 +1,8 @@
 """`experiment run` as a library call: `run_experiment(experiment, directory, executor)`
 runs the cells not finished yet with any `Executor` (chosen by name with
-`executor_class`, made by its `from_options`), then decodes the ensembles whose runs are
-done, and says what is left (`ExperimentRun`). The command only parses its options and
-prints.
+`executor_class`, made by its `from_options`), decodes each ensemble as soon as its last
+run is done, then those left (ready before, or failed), and says what is left
+(`ExperimentRun`). The command only parses its options and prints.
 
     experiment = spec.load("wu2018-g2p")
     options = ExecutorOptions(workers=2)
@@ -95,10 +95,15 @@ def run_experiment(
     announce: Callable[[str], None] = lambda text: None,
 ) -> ExperimentRun:
     """Run the `cells` (default: all) of `experiment` not finished yet in `directory`
-    with `executor`, then decode its ensembles whose runs are done (here, on this
-    machine, with the executor's workers and threads), keeping cells.json up to date and
-    announcing each outcome; a second `run_experiment` of the directory waits for none
-    (its lock refuses it).
+    with `executor`, and decode its ensembles whose runs are done (here, on this machine),
+    keeping cells.json up to date and announcing each outcome; a second `run_experiment`
+    of the directory waits for none (its lock refuses it).
+
+    An ensemble is decoded as soon as a cell finishes its last run, in that cell's place
+    (no new cell starts meanwhile; the running ones go on), with the executor's threads,
+    so that a grid stopped later (a session or a machine that ends) keeps the ensembles of
+    the groups it finished. Once the cells are done, the rest (ensembles ready before this
+    run, or that need decoding again) are decoded with the executor's workers and threads.
 
     Raises:
         ConfigError: `directory` is a file, or another process runs in it.
@@ -137,24 +142,59 @@ def run_experiment(
                 + (f"; about {clock(eta)} left" if eta else "")
             )
 
+        outcomes: list[Outcome] = []
+
+        def ensemble_progress(done: list[ensembles.EnsembleOutcome]) -> None:
+            decoded.append(done[-1])
+            save(outcomes)
+            last = done[-1]
+            what = last.status + (f" ({last.error})" if last.error else "")
+            announce(f"the ensemble {last.group.id} {what} in {clock(last.seconds)}")
+
+        def cell_done(cell_outcomes: list[Outcome]) -> None:
+            outcomes[:] = cell_outcomes
+            progress(cell_outcomes)
+            cell = cell_outcomes[-1].cell
+            if experiment.ensemble is None or cell_outcomes[-1].status != DONE:
+                return
+            if executor.stopping:
+                return
+            completed = [
+                g
+                for g in ensembles.groups(experiment)
+                if cell.id in g.members
+                and ensembles.ready(directory, g)
+                and ensembles.needs_decoding(directory, g)
+            ]
+            if completed:  # in this cell's place, sharing the executor's signals
+                members = [c for c in chosen if any(c.id in g.members for g in completed)]
+                ensembles.run_all(
+                    experiment,
+                    directory,
+                    1,
+                    executor.threads,
+                    members,
+                    announce,
+                    ensemble_progress,
+                    executor,
+                )
+
         save([])
-        outcomes = executor.run(todo, progress)
+        outcomes[:] = executor.run(todo, cell_done)
         stopped = executor.stopping
         if experiment.ensemble is not None and not stopped:
-
-            def ensemble_progress(done: list[ensembles.EnsembleOutcome]) -> None:
-                decoded[:] = done
-                save(outcomes)
-                last = done[-1]
-                what = last.status + (f" ({last.error})" if last.error else "")
-                announce(f"the ensemble {last.group.id} {what} in {clock(last.seconds)}")
-
+            tried = {o.group.id for o in decoded}  # while the cells ran: not twice
+            rest = [
+                c
+                for c in chosen
+                if not any(c.id in g.members for g in ensembles.groups(experiment) if g.id in tried)
+            ]
             _, stopped = ensembles.run_all(
                 experiment,
                 directory,
                 executor.workers,
                 executor.threads,
-                chosen,
+                rest,
                 announce,
                 ensemble_progress,
             )

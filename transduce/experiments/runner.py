@@ -110,11 +110,14 @@ def last_line(log: Path) -> str:
 class Stopping:
     """Ctrl-C, SIGTERM and SIGHUP while child processes run: `stopping` once one came (no
     new process starts); a Ctrl-C reaches the children itself, the others are passed on
-    to them as a Ctrl-C (`pass_on`)."""
+    to them as a Ctrl-C (`pass_on`). Several loops of processes may share one (the
+    ensembles that `experiment run` decodes while its cells run): each process is given
+    each signal once, whichever loop passes it on."""
 
     def __init__(self) -> None:
         self.stopping = False
-        self._unpassed = 0  # SIGTERMs and SIGHUPs not yet passed on to the processes
+        self._signals = 0  # the SIGTERMs and SIGHUPs had, each to pass on as a Ctrl-C
+        self._passed: dict[int, int] = {}  # how many of them each process (pid) was given
 
     @contextlib.contextmanager
     def interrupts(self) -> Iterator[None]:
@@ -131,7 +134,7 @@ class Stopping:
                     os.write(2, STOPPING.format(what).encode())
             self.stopping = True
             if signum != signal.SIGINT:
-                self._unpassed += 1
+                self._signals += 1
 
         names = [name for name in STOP_SIGNALS if hasattr(signal, name)]
         previous = {name: signal.signal(getattr(signal, name), stop) for name in names}
@@ -142,14 +145,13 @@ class Stopping:
                 signal.signal(getattr(signal, name), handler)
 
     def pass_on(self, processes: Iterable[subprocess.Popen[bytes]]) -> None:
-        """Give the running `processes` a Ctrl-C (SIGINT) for each SIGTERM or SIGHUP this
-        process has had since the last call: they did not get it themselves."""
-        while self._unpassed > 0:
-            self._unpassed -= 1
-            for process in processes:
-                if process.poll() is None:
-                    with contextlib.suppress(OSError):
-                        process.send_signal(signal.SIGINT)
+        """Give each of the running `processes` a Ctrl-C (SIGINT) for each SIGTERM or SIGHUP
+        this process has had and it was not given yet: they did not get it themselves."""
+        for process in processes:
+            while self._passed.get(process.pid, 0) < self._signals and process.poll() is None:
+                self._passed[process.pid] = self._passed.get(process.pid, 0) + 1
+                with contextlib.suppress(OSError):
+                    process.send_signal(signal.SIGINT)
 
 
 @dataclass
