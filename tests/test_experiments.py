@@ -998,6 +998,43 @@ def test_a_failed_ensemble_is_reported_and_the_others_go_on(ensembled, tmp_path)
     assert "1 of 2 ensembles decoded; not decoded: lstm.copy" in result.stderr
 
 
+def test_an_ensemble_is_tried_once_a_run_when_its_seeds_are_reported_together(ensembled, tmp_path):
+    """Both seeds of lstm.copy reported done (as when both end within one poll): its
+    decode, which fails (a best.pt is gone), is tried once, in the cells' place, not again
+    for the second seed nor after the cells; lstm.reverse, whose cells this executor does
+    not report, is decoded after them."""
+    import shutil
+
+    from transduce.experiments.run import run_experiment as run_library
+
+    _, source = ensembled
+    out = shutil.copytree(source, tmp_path / "exp")
+    shutil.rmtree(out / "ensembles")
+    (out / "runs" / "lstm.copy.seed1" / "best.pt").unlink()
+    experiment = runner.read_state(out)
+    copy_cells = [c for c in experiment.cells if c.id.startswith("lstm.copy.")]
+
+    class Reporting(runner.LocalExecutor):
+        def run(self, cells, report):
+            outcomes = []
+            for cell in copy_cells:
+                outcomes.append(runner.Outcome(cell, runner.DONE, 1.0))
+                report(list(outcomes))
+            return outcomes
+
+    said: list[str] = []
+    executor = Reporting(out, workers=1, threads=1)
+    assert executor.decodes_inline
+    result = run_library(experiment, out, executor, experiment.cells, said.append)
+    assert [(o.group.id, o.status) for o in result.decoded] == [
+        ("lstm.copy", "failed"),
+        ("lstm.reverse", "done"),
+    ], said
+    assert sum("started the ensemble lstm.copy" in line for line in said) == 1
+    first_reverse = min(i for i, line in enumerate(said) if "ensemble lstm.reverse" in line)
+    assert max(i for i, line in enumerate(said) if "lstm.copy.seed2 done" in line) < first_reverse
+
+
 def test_members_written_before_a_decode_option_existed_decode_as_one(ensembled, tmp_path):
     """A member whose train.json has no `decode.prob_mass` (trained before the option
     existed, so decoded with its default) and one with it form one ensemble; a member with

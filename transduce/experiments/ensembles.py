@@ -35,7 +35,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -342,12 +342,14 @@ def run_all(
     announce: Callable[[str], None] = lambda text: None,
     report: Callable[[list[EnsembleOutcome]], None] = lambda outcomes: None,
     control: Stopping | None = None,
+    others: Callable[[], Iterable[subprocess.Popen[bytes]]] = lambda: (),
 ) -> tuple[list[EnsembleOutcome], bool]:
     """Decode every ensemble whose members have all finished and that is not up to date
     or has no dev scores (of the groups with a cell among `chosen`), `workers` at a time;
     `report` is called after each. Returns the outcomes and whether Ctrl-C stopped them (no
     new one starts; the running ones end). `control`: the signals' state to share (the
-    executor's, while its cells run); None: its own."""
+    executor's, while its cells run; None: its own), and `others` the processes that
+    share it (the running cells), given each SIGTERM or SIGHUP with the decodes."""
     ids = None if chosen is None else {c.id for c in chosen}
     todo = [
         g
@@ -375,7 +377,7 @@ def run_all(
                     )
                 running[process] = (group, time.monotonic())
                 announce(f"started the ensemble {group.id} ({len(group.members)} runs)")
-            control.pass_on(running)
+            control.pass_on([*running, *others()])
             if control.stopping and not running:
                 break
             time.sleep(0.1)

@@ -1,8 +1,8 @@
 """`experiment run` as a library call: `run_experiment(experiment, directory, executor)`
 runs the cells not finished yet with any `Executor` (chosen by name with
 `executor_class`, made by its `from_options`), decodes each ensemble as soon as its last
-run is done, then those left (ready before, or failed), and says what is left
-(`ExperimentRun`). The command only parses its options and prints.
+run is done (on the CPU; else after the cells), then those ready before, and says what is
+left (`ExperimentRun`). The command only parses its options and prints.
 
     experiment = spec.load("wu2018-g2p")
     options = ExecutorOptions(workers=2)
@@ -99,11 +99,13 @@ def run_experiment(
     keeping cells.json up to date and announcing each outcome; a second `run_experiment`
     of the directory waits for none (its lock refuses it).
 
-    An ensemble is decoded as soon as a cell finishes its last run, in that cell's place
-    (no new cell starts meanwhile; the running ones go on), with the executor's threads,
-    so that a grid stopped later (a session or a machine that ends) keeps the ensembles of
-    the groups it finished. Once the cells are done, the rest (ensembles ready before this
-    run, or that need decoding again) are decoded with the executor's workers and threads.
+    With an executor that `decodes_inline` (local, on the CPU), an ensemble is decoded as
+    soon as a cell finishes its last run, in that cell's place (no new cell starts
+    meanwhile; the running ones go on), with the executor's threads, so that a grid
+    stopped later (a session or a machine that ends) keeps the ensembles of the groups it
+    finished. Once the cells are done, the rest (ensembles not tried in this run: ready
+    before it, or made ready by other executors) are decoded with the executor's workers
+    and threads. An ensemble is tried at most once a run.
 
     Raises:
         ConfigError: `directory` is a file, or another process runs in it.
@@ -151,23 +153,29 @@ def run_experiment(
             what = last.status + (f" ({last.error})" if last.error else "")
             announce(f"the ensemble {last.group.id} {what} in {clock(last.seconds)}")
 
+        tried: set[str] = set()  # the ensembles decoded (or tried) in this run
+
         def cell_done(cell_outcomes: list[Outcome]) -> None:
             outcomes[:] = cell_outcomes
             progress(cell_outcomes)
             cell = cell_outcomes[-1].cell
-            if experiment.ensemble is None or cell_outcomes[-1].status != DONE:
+            if experiment.ensemble is None or not executor.decodes_inline:
                 return
-            if executor.stopping:
+            if cell_outcomes[-1].status != DONE or executor.stopping:
                 return
             completed = [
                 g
                 for g in ensembles.groups(experiment)
                 if cell.id in g.members
+                and g.id not in tried
                 and ensembles.ready(directory, g)
                 and ensembles.needs_decoding(directory, g)
             ]
-            if completed:  # in this cell's place, sharing the executor's signals
-                members = [c for c in chosen if any(c.id in g.members for g in completed)]
+            if not completed:
+                return
+            tried.update(g.id for g in completed)
+            members = [c for c in chosen if any(c.id in g.members for g in completed)]
+            try:  # in this cell's place, sharing the executor's signals with its cells
                 ensembles.run_all(
                     experiment,
                     directory,
@@ -177,13 +185,16 @@ def run_experiment(
                     announce,
                     ensemble_progress,
                     executor,
+                    executor.processes,
                 )
+            except OSError as error:  # the cells go on; it is tried again after them
+                tried.difference_update(g.id for g in completed)
+                announce(f"the ensemble {completed[0].id} could not start ({error}): later")
 
         save([])
         outcomes[:] = executor.run(todo, cell_done)
         stopped = executor.stopping
         if experiment.ensemble is not None and not stopped:
-            tried = {o.group.id for o in decoded}  # while the cells ran: not twice
             rest = [
                 c
                 for c in chosen

@@ -176,6 +176,10 @@ class Executor(Stopping, ABC):
 
     name: ClassVar[str]
     workers: int  # cells at once (for the estimate of the time left)
+    # whether `experiment run` decodes an ensemble in the place of the cell that finished
+    # its last run, while the others run on (executors that place cells on GPUs or other
+    # machines decode them after the cells, where nothing else runs beside them)
+    decodes_inline: bool = False
 
     def __init__(
         self,
@@ -211,6 +215,11 @@ class Executor(Stopping, ABC):
     def describe(self) -> str:
         """How it runs the cells, for the first line of `experiment run`."""
         return f"{self.workers} at a time"
+
+    def processes(self) -> list[subprocess.Popen[bytes]]:
+        """The cells' processes running on this machine now (for `pass_on` by another
+        loop that shares this executor's signals)."""
+        return []
 
     def command(self, cell: Cell) -> list[str]:
         """The `transduce train` command of a cell (`--resume` when it has a last.pt)."""
@@ -259,6 +268,8 @@ class LocalExecutor(Executor):
         super().__init__(directory, threads, **kwargs)
         self.workers, self.gpus, self.per_gpu = workers, list(gpus), per_gpu
         self.gpu_memory = gpu_memory
+        self.decodes_inline = not self.gpus  # on the CPU: an ensemble takes a cell's place
+        self._running: dict[subprocess.Popen[bytes], tuple[Cell, float]] = {}
 
     @classmethod
     def from_options(
@@ -297,6 +308,9 @@ class LocalExecutor(Executor):
             how += f" on {len(self.gpus)} GPU{many}, at most {self.per_gpu} on each"
         return how
 
+    def processes(self) -> list[subprocess.Popen[bytes]]:
+        return [p for p in self._running if p.poll() is None]
+
     def place(self, placed: Iterable[str | None]) -> str | None:
         """The GPU for the next cell, given those of the running cells (None: no place)."""
         taken = list(placed)
@@ -316,6 +330,7 @@ class LocalExecutor(Executor):
         (self.directory / LOGS).mkdir(parents=True, exist_ok=True)
         pending = list(cells)
         running: dict[subprocess.Popen[bytes], tuple[Cell, float]] = {}
+        self._running = running  # the same dict: `processes` sees it change
         placed: dict[subprocess.Popen[bytes], str | None] = {}  # each running cell's GPU
         outcomes: list[Outcome] = []
         with self.interrupts():
