@@ -195,11 +195,8 @@ def run_experiment(
         outcomes[:] = executor.run(todo, cell_done)
         stopped = executor.stopping
         if experiment.ensemble is not None and not stopped:
-            rest = [
-                c
-                for c in chosen
-                if not any(c.id in g.members for g in ensembles.groups(experiment) if g.id in tried)
-            ]
+            done = {m for g in ensembles.groups(experiment) if g.id in tried for m in g.members}
+            rest = [c for c in chosen if c.id not in done]
             _, stopped = ensembles.run_all(
                 experiment,
                 directory,
