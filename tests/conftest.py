@@ -46,7 +46,17 @@ if SAVED_VISIBLE in os.environ:  # a pytest-xdist worker: see the machine's GPUs
 else:
     os.environ[SAVED_VISIBLE] = os.environ.get("CUDA_VISIBLE_DEVICES", UNSET)
 
+# One thread per process, in this process and the ones it starts (PyTorch's default is one
+# per core): the suite runs tests side by side (`pytest -n 2`) and many tests start
+# training processes, and OpenMP threads of several processes on the same cores wait for
+# each other (a 4-update run of a 7M-parameter transformer took 53 s with 2 threads on 2
+# busy cores, 9 s with 1). $TRANSDUCE_TEST_THREADS (`tests.toy.toy_threads`) sets another
+# count, to show the suite passes with it; a machine's own $OMP_NUM_THREADS is kept.
+os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("TRANSDUCE_TEST_THREADS", "1"))
+
 import torch  # noqa: E402  (after the environment is settled: CUDA reads it once)
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 HAS_GPU = torch.cuda.is_available()  # the devices CUDA sees are fixed from here on
 _REAL_IS_AVAILABLE = torch.cuda.is_available
