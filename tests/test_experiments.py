@@ -147,10 +147,12 @@ def test_interrupted_halfway_and_run_again_every_cell_is_done_once(grid, tmp_pat
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds processes in /proc")
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGKILL"])
 def test_a_killed_runner_leaves_no_training_process_and_a_rerun_resumes(tmp_path, sig):
-    """N9: `kill PID` (SIGTERM, to the runner alone) is a Ctrl-C for the running cells, and
-    a runner killed with -9 has its cells stop by themselves (the parent-death signal):
+    """N9: `kill PID` (SIGTERM, to the runner alone) is a Ctrl-C for the running cells, so
+    is `kill -INT PID` (it stopped nothing while the cells were left to get a terminal's
+    Ctrl-C themselves: the runner waited for them for ever), and a runner killed with -9
+    has its cells stop by themselves (the parent-death signal):
     within 10 s no training process is left, each cell has its last.pt, and the same
     command again resumes them instead of failing on their locks."""
     data = tmp_path / "data"
@@ -190,9 +192,10 @@ def test_a_killed_runner_leaves_no_training_process_and_a_rerun_resumes(tmp_path
             os.kill(pid, signal.SIGKILL)
     assert not left, f"{sig}: still running after 10 s: {left}"
     stderr = process.communicate(timeout=10)[1]
-    if sig == "SIGTERM":
+    if sig != "SIGKILL":
         assert process.returncode == 130, stderr
-        assert "SIGTERM: the running cells stop after their update" in stderr
+        what = {"SIGTERM": "SIGTERM", "SIGINT": "Ctrl-C"}[sig]
+        assert f"{what}: the running cells stop after their update" in stderr
         assert "Traceback" not in stderr
         cells = json.loads((out / "cells.json").read_text())["cells"]
         assert [c["status"] for c in cells] == ["interrupted"] * 2, cells
@@ -816,7 +819,8 @@ class FakeProcess:
 def test_one_stopping_shared_by_two_loops_passes_each_signal_once_to_each_process():
     """A SIGTERM while an ensemble decodes in a cell's place: the decode's loop and the
     cells' loop share the executor's `Stopping`; each process gets one Ctrl-C for it,
-    whichever loop passes it on first, and one more for a second SIGTERM."""
+    whichever loop passes it on first, one more for a second SIGTERM, and one for a
+    Ctrl-C."""
     control = runner.Stopping()
     cells, decode = [FakeProcess(11), FakeProcess(12)], [FakeProcess(13)]
     with control.interrupts():
@@ -837,6 +841,12 @@ def test_one_stopping_shared_by_two_loops_passes_each_signal_once_to_each_proces
             time.sleep(0.01)
         control.pass_on([*cells, *decode])
         assert all(p.signals == [signal.SIGINT] * 2 for p in (*cells, *decode))
+        os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C: the children are in other sessions
+        deadline = time.monotonic() + 5
+        while control._signals < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        control.pass_on([*cells, *decode])
+        assert all(p.signals == [signal.SIGINT] * 3 for p in (*cells, *decode))
 
 
 def results_only(source: Path, destination: Path) -> Path:

@@ -43,6 +43,7 @@ from typing import Any
 from transduce import runs
 from transduce.errors import EXIT_INTERRUPTED, TransduceError
 from transduce.experiments.runner import (
+    CHILD_SESSION,
     DONE,
     FAILED,
     INTERRUPTED,
@@ -374,6 +375,7 @@ def run_all(
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         env=child_environment(),  # it stops if this process is killed
+                        start_new_session=CHILD_SESSION,  # signals come through `control`
                     )
                 running[process] = (group, time.monotonic())
                 announce(f"started the ensemble {group.id} ({len(group.members)} runs)")

@@ -7,11 +7,15 @@ The run directories are the state: a cell whose train.json says it finished is s
 `--resume`, any other is started. Re-running the same command after a Ctrl-C, a crash or
 a kill therefore goes on where it stopped and redoes nothing that finished.
 
-Ctrl-C reaches the running cells (they share the terminal's process group): each stops
-after its update and writes last.pt, as `transduce train` does, and no new cell starts;
-the command exits with 130 once they have. SIGTERM and SIGHUP (`kill PID`, a closed
-terminal), which reach this process alone, are passed on to the cells as a Ctrl-C; and a
-cell whose runner died (kill -9) stops as at Ctrl-C by itself (`io.stop_with_parent`).
+A Ctrl-C, SIGTERM or SIGHUP (at the terminal, `kill -INT PID`, `kill PID`, a closed
+terminal) is passed on to the running cells as a Ctrl-C: each stops after its update and
+writes last.pt, as `transduce train` does, and no new cell starts; the command exits with
+130 once they have. The cells run in sessions of their own, so that every signal reaches
+them once, through this process, whichever way it was sent (a `kill -INT` to this
+process alone stopped nothing when they shared its process group and a terminal's Ctrl-C
+was left to reach them); a second one stops them at once, as a second Ctrl-C stops
+`transduce train`. A cell whose runner died (kill -9) stops as at Ctrl-C by itself
+(`io.stop_with_parent`).
 A cell that fails (its exit status, and the last line of its log in
 EXP_DIR/logs/CELL_ID.log) is reported and does not stop the others. EXP_DIR/cells.json
 records every cell's state (done, failed, interrupted, pending) after each change.
@@ -41,8 +45,11 @@ from transduce.runs import RunDir, RunReport
 
 RUNS, LOGS, STATE = "runs", "logs", "cells.json"
 STOPPING = "\n{}: the running cells stop after their update; no new cell starts\n"
-# what stops an experiment: Ctrl-C reaches the cells too, the others are passed on to them
+# what stops an experiment, each passed on to the running cells as a Ctrl-C
 STOP_SIGNALS = {"SIGINT": "Ctrl-C", "SIGTERM": "SIGTERM", "SIGHUP": "SIGHUP"}
+# the children run in sessions of their own: a terminal's Ctrl-C reaches this process
+# alone, which passes it on (`Stopping`), as it does a `kill -INT` sent to it alone
+CHILD_SESSION = True
 DONE, FAILED, INTERRUPTED, PENDING, RUNNING = "done", "failed", "interrupted", "pending", "running"
 
 
@@ -109,20 +116,21 @@ def last_line(log: Path) -> str:
 
 class Stopping:
     """Ctrl-C, SIGTERM and SIGHUP while child processes run: `stopping` once one came (no
-    new process starts); a Ctrl-C reaches the children itself, the others are passed on
-    to them as a Ctrl-C (`pass_on`). Several loops of processes may share one (the
+    new process starts); each is passed on to the children as a Ctrl-C (`pass_on`), which
+    run in sessions of their own (`CHILD_SESSION`), out of reach of a terminal's Ctrl-C,
+    so that each gets every signal exactly once. Several loops of processes may share one (the
     ensembles that `experiment run` decodes while its cells run): each process is given
     each signal once, whichever loop passes it on."""
 
     def __init__(self) -> None:
         self.stopping = False
-        self._signals = 0  # the SIGTERMs and SIGHUPs had, each to pass on as a Ctrl-C
+        self._signals = 0  # the signals had, each to pass on as a Ctrl-C
         self._passed: dict[int, int] = {}  # how many of them each process (pid) was given
 
     @contextlib.contextmanager
     def interrupts(self) -> Iterator[None]:
-        """While running: the first Ctrl-C, SIGTERM or SIGHUP sets `stopping`. A Ctrl-C
-        reaches the cells themselves; the others are for `pass_on` to give them."""
+        """While running: the first Ctrl-C, SIGTERM or SIGHUP sets `stopping`; each is
+        counted, for `pass_on` to give the children."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -133,8 +141,7 @@ class Stopping:
                 with contextlib.suppress(OSError):
                     os.write(2, STOPPING.format(what).encode())
             self.stopping = True
-            if signum != signal.SIGINT:
-                self._signals += 1
+            self._signals += 1
 
         names = [name for name in STOP_SIGNALS if hasattr(signal, name)]
         previous = {name: signal.signal(getattr(signal, name), stop) for name in names}
@@ -145,8 +152,8 @@ class Stopping:
                 signal.signal(getattr(signal, name), handler)
 
     def pass_on(self, processes: Iterable[subprocess.Popen[bytes]]) -> None:
-        """Give each of the running `processes` a Ctrl-C (SIGINT) for each SIGTERM or SIGHUP
-        this process has had and it was not given yet: they did not get it themselves."""
+        """Give each of the running `processes` a Ctrl-C (SIGINT) for each stop signal this
+        process has had and it was not given yet."""
         for process in processes:
             while self._passed.get(process.pid, 0) < self._signals and process.poll() is None:
                 self._passed[process.pid] = self._passed.get(process.pid, 0) + 1
@@ -247,7 +254,7 @@ class Executor(Stopping, ABC):
 
 class LocalExecutor(Executor):
     """Run cells as `transduce train` processes on this machine, `workers` at a time.
-    They share this command's process group, so a Ctrl-C at the terminal reaches them.
+    Each runs in a session of its own; this command passes the signals on (`Stopping`).
 
     With `gpus` (CUDA_VISIBLE_DEVICES names), each cell is given one of them, the one
     running the fewest cells, and at most `per_gpu` cells share a GPU (a cell waits for a
@@ -348,6 +355,7 @@ class LocalExecutor(Executor):
                             stdout=log,
                             stderr=subprocess.STDOUT,
                             env=self.environment(gpu),
+                            start_new_session=CHILD_SESSION,
                         )
                     running[process] = (cell, time.monotonic())
                     placed[process] = gpu
