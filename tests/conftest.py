@@ -51,12 +51,13 @@ else:
 # training processes, and OpenMP threads of several processes on the same cores wait for
 # each other (a 4-update run of a 7M-parameter transformer took 53 s with 2 threads on 2
 # busy cores, 9 s with 1). $TRANSDUCE_TEST_THREADS (`tests.toy.toy_threads`) sets another
-# count, to show the suite passes with it; a machine's own $OMP_NUM_THREADS is kept.
-os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("TRANSDUCE_TEST_THREADS", "1"))
+# count, to show the suite passes with it (a machine's $OMP_NUM_THREADS is overridden).
+TEST_THREADS = int(os.environ.get("TRANSDUCE_TEST_THREADS", "1"))
+os.environ["OMP_NUM_THREADS"] = str(TEST_THREADS)
 
 import torch  # noqa: E402  (after the environment is settled: CUDA reads it once)
 
-torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+torch.set_num_threads(TEST_THREADS)
 
 HAS_GPU = torch.cuda.is_available()  # the devices CUDA sees are fixed from here on
 _REAL_IS_AVAILABLE = torch.cuda.is_available

@@ -107,6 +107,10 @@ def test_interrupted_halfway_and_run_again_every_cell_is_done_once(grid, tmp_pat
     first = json.loads((out / "cells.json").read_text())["cells"]
     done = [c["id"] for c in first if c["status"] == "done"]
     assert 2 <= len(done) < 8, first
+    for cell in first:  # one Ctrl-C each (the runner passes it on), not a second one
+        if cell["status"] == "interrupted":
+            log = (out / "logs" / f"{cell['id']}.log").read_text()
+            assert "stopped at once" not in log, log
     stamps = {
         cell: {p.name: p.stat().st_mtime_ns for p in (out / "runs" / cell).iterdir()}
         for cell in done

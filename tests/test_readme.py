@@ -167,7 +167,7 @@ def _before(command: str, work: Path) -> None:
 # The main job's test split is CMUdict's 13,548 words: decoding it and analyzing its
 # attention twice took two of the test's four minutes. After the commands that prepare it
 # (the main job, `prepare cmudict`) it is cut to its first `TEST_LINES` lines, its
-# manifest's SHA-256 and line count with it, so that the later examples still read a
+# manifest's SHA-256, size and line counts with it, so that the later examples still read a
 # prepared split, as a user's do.
 TEST_LINES = 200
 SHRINK = {
@@ -184,7 +184,11 @@ def _shrink_test_split(directory: Path) -> None:
     assert len(lines) > TEST_LINES, f"{test}: {len(lines)} lines"
     test.write_text("".join(lines[:TEST_LINES]), encoding="utf-8")
     manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-    manifest["outputs"]["test.tsv"]["sha256"] = sha256_file(test)
+    entry = manifest["outputs"]["test.tsv"]
+    entry["sha256"] = sha256_file(test)
+    for key, value in (("bytes", test.stat().st_size), ("lines", TEST_LINES)):
+        if key in entry:
+            entry[key] = value
     if "test" in manifest.get("lines", {}):
         manifest["lines"]["test"] = TEST_LINES
     (directory / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")

@@ -43,7 +43,6 @@ from typing import Any
 from transduce import runs
 from transduce.errors import EXIT_INTERRUPTED, TransduceError
 from transduce.experiments.runner import (
-    CHILD_SESSION,
     DONE,
     FAILED,
     INTERRUPTED,
@@ -350,7 +349,7 @@ def run_all(
     `report` is called after each. Returns the outcomes and whether Ctrl-C stopped them (no
     new one starts; the running ones end). `control`: the signals' state to share (the
     executor's, while its cells run; None: its own), and `others` the processes that
-    share it (the running cells), given each SIGTERM or SIGHUP with the decodes."""
+    share it (the running cells), given each stop signal, Ctrl-C too, with the decodes."""
     ids = None if chosen is None else {c.id for c in chosen}
     todo = [
         g
@@ -375,7 +374,7 @@ def run_all(
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         env=child_environment(),  # it stops if this process is killed
-                        start_new_session=CHILD_SESSION,  # signals come through `control`
+                        start_new_session=control.sessions,  # signals come via `control`
                     )
                 running[process] = (group, time.monotonic())
                 announce(f"started the ensemble {group.id} ({len(group.members)} runs)")

@@ -15,7 +15,9 @@ them once, through this process, whichever way it was sent (a `kill -INT` to thi
 process alone stopped nothing when they shared its process group and a terminal's Ctrl-C
 was left to reach them); a second one stops them at once, as a second Ctrl-C stops
 `transduce train`. A cell whose runner died (kill -9) stops as at Ctrl-C by itself
-(`io.stop_with_parent`).
+(`io.stop_with_parent`). Job control is not passed on: Ctrl-Z suspends this process, not
+the cells, which train on. (This is the local executor; the Ray executor cancels its
+tasks, `transduce.experiments.ray_executor`.)
 A cell that fails (its exit status, and the last line of its log in
 EXP_DIR/logs/CELL_ID.log) is reported and does not stop the others. EXP_DIR/cells.json
 records every cell's state (done, failed, interrupted, pending) after each change.
@@ -47,9 +49,6 @@ RUNS, LOGS, STATE = "runs", "logs", "cells.json"
 STOPPING = "\n{}: the running cells stop after their update; no new cell starts\n"
 # what stops an experiment, each passed on to the running cells as a Ctrl-C
 STOP_SIGNALS = {"SIGINT": "Ctrl-C", "SIGTERM": "SIGTERM", "SIGHUP": "SIGHUP"}
-# the children run in sessions of their own: a terminal's Ctrl-C reaches this process
-# alone, which passes it on (`Stopping`), as it does a `kill -INT` sent to it alone
-CHILD_SESSION = True
 DONE, FAILED, INTERRUPTED, PENDING, RUNNING = "done", "failed", "interrupted", "pending", "running"
 
 
@@ -117,8 +116,9 @@ def last_line(log: Path) -> str:
 class Stopping:
     """Ctrl-C, SIGTERM and SIGHUP while child processes run: `stopping` once one came (no
     new process starts); each is passed on to the children as a Ctrl-C (`pass_on`), which
-    run in sessions of their own (`CHILD_SESSION`), out of reach of a terminal's Ctrl-C,
-    so that each gets every signal exactly once. Several loops of processes may share one (the
+    run in sessions of their own (`sessions`: while `interrupts` handles the signals, i.e.
+    in the main thread), out of reach of a terminal's Ctrl-C, so that each gets every
+    signal exactly once. Several loops of processes may share one (the
     ensembles that `experiment run` decodes while its cells run): each process is given
     each signal once, whichever loop passes it on."""
 
@@ -126,6 +126,10 @@ class Stopping:
         self.stopping = False
         self._signals = 0  # the signals had, each to pass on as a Ctrl-C
         self._passed: dict[int, int] = {}  # how many of them each process (pid) was given
+        # whether children start in sessions of their own: only while this process handles
+        # the signals to pass on; elsewhere (not the main thread) a terminal's Ctrl-C must
+        # still reach them itself
+        self.sessions = False
 
     @contextlib.contextmanager
     def interrupts(self) -> Iterator[None]:
@@ -134,6 +138,8 @@ class Stopping:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
+        outer = self.sessions
+        self.sessions = True
 
         def stop(signum: int, frame: Any) -> None:
             if not self.stopping:  # a raw write: a signal may come in the middle of a print
@@ -148,6 +154,7 @@ class Stopping:
         try:
             yield
         finally:
+            self.sessions = outer
             for name, handler in previous.items():
                 signal.signal(getattr(signal, name), handler)
 
@@ -355,7 +362,7 @@ class LocalExecutor(Executor):
                             stdout=log,
                             stderr=subprocess.STDOUT,
                             env=self.environment(gpu),
-                            start_new_session=CHILD_SESSION,
+                            start_new_session=self.sessions,
                         )
                     running[process] = (cell, time.monotonic())
                     placed[process] = gpu
