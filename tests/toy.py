@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 from typing import Any
@@ -26,9 +25,12 @@ TEST_BAR = 60.0
 
 
 def toy_threads() -> int:
-    """Threads for the toy runs: $TRANSDUCE_TEST_THREADS (default 1), to run the suite with
-    1 and with 2 threads and show it passes with both."""
-    return int(os.environ.get("TRANSDUCE_TEST_THREADS", "1"))
+    """Threads for the toy runs: the suite's, $TRANSDUCE_TEST_THREADS (default 1; read once
+    in tests/conftest.py), to run the suite with 1 and with 2 threads and show it passes
+    with both."""
+    from tests.conftest import TEST_THREADS
+
+    return TEST_THREADS
 
 
 def write_task(directory: Path, task: str, n: int = 600, seed: int = 0) -> Path:
