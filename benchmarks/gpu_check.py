@@ -103,7 +103,7 @@ class Check:
             file.write(text if text.endswith("\n") else text + "\n")
 
     def run(
-        self, command: list[str], seconds: float, log: Path | None = None, **kwargs: Any
+        self, command: list[Any], seconds: float, log: Path | None = None, **kwargs: Any
     ) -> tuple[int | None, float, str]:
         """Run `command` for at most `seconds` (then Ctrl-C, then a kill): its exit status
         (None: stopped at the limit), its wall time, and what it printed (also in the log,
@@ -146,16 +146,41 @@ class Check:
         return code, time.monotonic() - start, "".join(lines)
 
 
-def stop(process: subprocess.Popen) -> None:
-    """Ctrl-C to its process group (the runs write last.pt), then a kill after 30 s."""
+def stop(process: subprocess.Popen, grace: float = 30) -> None:
+    """Ctrl-C to its process group (the runs write last.pt), then after `grace` s a kill of the
+    group and of every process it started: `experiment run` starts its cells in sessions of
+    their own, outside the group, and they would otherwise finish their update first."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGINT)
     try:
-        process.wait(timeout=30)
+        process.wait(timeout=grace)
     except subprocess.TimeoutExpired:
+        started = descendants(process.pid)  # before the kill: then they are orphans
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         process.wait()
+
+
+def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
+    """The processes that `pid` started, and those they started, from Linux's /proc
+    (`proc`/PID/stat, whose 4th field is the parent); none where there is no /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "PID (command)"
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):  # gone meanwhile, or not a process
+            continue
+    found: list[int] = []
+    waiting = [pid]
+    while waiting:
+        for child in children.get(waiting.pop(), []):
+            found.append(child)
+            waiting.append(child)
+    return found
 
 
 class Sampler:
@@ -446,7 +471,7 @@ def issue16_part(
         check.result("issue16", skipped=f"{seconds:.0f} s left")
         return
     out = check.work / "issue16"
-    command = [sys.executable, "-m", "transduce", "experiment", "run", experiment]
+    command: list[Any] = [sys.executable, "-m", "transduce", "experiment", "run", experiment]
     command += ["--out", out, "--data-root", data_root, "--workers", str(len(cells)), "-q"]
     command += ["--per-gpu", str(len(cells))] if device == "cuda" else ["--threads", "1"]
     for cell in cells:

@@ -60,15 +60,21 @@ def test_gpu_check_runs_the_main_job_compiled(tmp_path):
     assert "| compile | wall " in (out / "summary.md").read_text()
 
 
-def test_gpu_check_summary_shows_a_failed_part():
-    """A part that failed before it measured anything (on its first GPU run: the package
-    not importable) is a row of its error, not a KeyError that loses the summary."""
+def gpu_check_module():
+    """benchmarks/gpu_check.py as a module (it is a script, not part of the package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_check_summary_shows_a_failed_part():
+    """A part that failed before it measured anything (on its first GPU run: the package
+    not importable) is a row of its error, not a KeyError that loses the summary."""
+    module = gpu_check_module()
     error = "ModuleNotFoundError: No module named 'transduce'"
     table = module.summary([{"part": "env", "at_s": 6.7, "error": error}])
     assert f"| env | error {error} | 6.7 |" in table
@@ -77,3 +83,57 @@ def test_gpu_check_summary_shows_a_failed_part():
     assert "| tests | 3 passed, 0 failed, 0 skipped | 9.0 |" in table  # its own row
     table = module.summary([{"part": "issue16", "at_s": 2.0, "skipped": "5 s left"}])
     assert "| issue16 | skipped 5 s left | 2.0 |" in table
+
+
+def test_descendants_reads_the_process_tree(tmp_path):
+    """Children and grandchildren of a PID from /proc/PID/stat files written by hand (a
+    command name with a space and a parenthesis in it; a folder that is not a process)."""
+    module = gpu_check_module()
+    tree = {10: ("python", 1), 11: ("transduce run", 10), 12: ("a) b", 11), 13: ("x", 10),
+            20: ("y", 1), 21: ("z", 20)}  # fmt: skip
+    for pid, (command, parent) in tree.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({command}) S {parent} {pid} 0 0\n")
+    (tmp_path / "99").mkdir()  # gone before its stat was read
+    assert sorted(module.descendants(10, tmp_path)) == [11, 12, 13]
+    assert module.descendants(20, tmp_path) == [21]
+    assert module.descendants(12, tmp_path) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
+def test_stop_kills_what_the_command_started_in_a_session_of_its_own(tmp_path):
+    """A command that ignores Ctrl-C, and its child in a session of its own (as `experiment
+    run` starts its cells) that ignores it too: after the grace both are gone, not only
+    the command's process group."""
+    import os
+    import time
+
+    module = gpu_check_module()
+    pid_file = tmp_path / "child.pid"
+    ignore = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    child = ignore + "time.sleep(600)"
+    parent = ignore + (
+        "import subprocess, sys, time; "
+        f"p = subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(600)"
+    )
+    process = subprocess.Popen([sys.executable, "-c", parent], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    grandchild = int(pid_file.read_text())
+    time.sleep(0.5)  # both have set their signal handlers
+    module.stop(process, grace=1)
+    assert process.returncode is not None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{grandchild}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break  # reaped
+        if state == "Z":  # killed, waiting for init to reap it
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(grandchild, 9)
+        raise AssertionError("the child in its own session outlived stop()")
