@@ -100,3 +100,71 @@ def test_outputs_stop_within_learned_positions():
     hyps = [greedy(model, batch)[0], *beam_search(model, batch, beam=3, nbest=3)[0]]
     assert [len(h.tokens) for h in hyps] == [5, 5, 5, 5]
     assert [len(h.tokens) for h in greedy(model, batch, max_output_length=50)] == [5]
+
+
+class Peaked:
+    """A decoder without a model whose next-symbol probabilities depend only on the last
+    symbol and the step, written so that beam search goes wrong if it stops at the first
+    `width` ended hypotheses: the best output, a a a a (probability 0.96^5 with its end),
+    is still being written when the unlikely alternatives b, c, a b, a c, ... have ended
+    (each near 0.02; no two outputs are equally likely), because after b or c the end is
+    almost certain."""
+
+    A, B, C = 5, 6, 7
+    max_length = None
+
+    def init_state(self, batch):
+        return {"t": torch.zeros(len(batch), dtype=torch.long)}
+
+    def probabilities(self, previous: int, t: int) -> dict[int, float]:
+        if previous in (self.B, self.C):
+            return {EOS_ID: 0.99, self.B: 0.006, self.C: 0.004}
+        good = EOS_ID if t == 4 else self.A
+        return {good: 0.96, self.B: 0.025, self.C: 0.015}
+
+    def step(self, state, previous):
+        from transduce.models.base import Step
+
+        rows = []
+        for token, t in zip(previous.tolist(), state["t"].tolist()):
+            row = torch.full((12,), 1e-30, dtype=torch.float64)
+            for symbol, p in self.probabilities(token, t).items():
+                row[symbol] = p
+            rows.append((row / row.sum()).log().float())
+        attention = torch.zeros(len(rows), 1, 1)
+        return Step(torch.stack(rows), attention, {"t": state["t"] + 1})
+
+    def exact(self, limit: int, alpha: float) -> list[tuple[float, list[int]]]:
+        """Every output of at most `limit` symbols, by normalized log-probability."""
+        found = []
+        paths = [([], 0.0)]
+        for t in range(limit + 1):
+            longer = []
+            for tokens, score in paths:
+                previous = tokens[-1] if tokens else 1  # BOS
+                for symbol, p in self.probabilities(previous, t).items():
+                    total = score + torch.tensor(p).log().item()
+                    if symbol == EOS_ID:
+                        found.append((total / (len(tokens) + 1) ** alpha, tokens))
+                    elif t < limit:
+                        longer.append(([*tokens, symbol], total))
+            paths = longer
+        return sorted(found, key=lambda f: -f[0])
+
+
+@pytest.mark.parametrize("width", [2, 3, 5])
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_search_keeps_the_best_hypothesis_while_poor_ones_end(width, alpha):
+    """The beam's best output is the best of all outputs (enumerated), a a a a, and its
+    n-best are the exact n best: the search does not end when `width` poor hypotheses
+    have ended while the best one is still live (it ended with "b" before)."""
+    model = Peaked()
+    batch = collate([[5, 6], [7]])  # limits 2 x 2 + 10 and 2 x 1 + 10 symbols
+    found = beam_search(model, batch, beam=width, nbest=width, length_penalty=alpha)
+    for hyps, length in zip(found, [2, 1]):
+        exact = model.exact(2 * length + 10, alpha)
+        assert hyps[0].tokens == [Peaked.A] * 4
+        assert hyps[0].score == pytest.approx(5 * torch.tensor(0.96).log().item(), abs=1e-4)
+        assert [h.tokens for h in hyps] == [tokens for _, tokens in exact[:width]]
+        best = [score for score, _ in exact[:width]]
+        assert [h.normalized for h in hyps] == pytest.approx(best, abs=1e-4)

@@ -106,6 +106,26 @@ def greedy(
     return done
 
 
+def _settled(
+    finished: list[Hypothesis], width: int, best_live: float, length: int, limit: int, alpha: float
+) -> bool:
+    """Whether a sentence's search is over: `width` hypotheses have ended, and no live one
+    can still rank among them. A live hypothesis of score `best_live` (log-probability, at
+    most 0; the best of its sentence) and `length` symbols can only lose probability, so
+    its final normalized score is at most `best_live` / (l + 1)^alpha for some length l
+    from `length` to `limit` (the best of the two ends). Stopping at the first `width`
+    ended hypotheses instead (as "early stopping" does) loses the best one whenever
+    `width` poor hypotheses end while it is still being written, which a peaked model
+    makes common: the other beams hold its unlikely alternatives, whose end comes soon."""
+    if len(finished) < width:
+        return False
+    kept = sorted((h.normalized for h in finished), reverse=True)[width - 1]
+    bound = max(
+        _normalize(best_live, length, alpha), _normalize(best_live, max(limit, length), alpha)
+    )
+    return bound <= kept
+
+
 @torch.inference_mode()
 def beam_search(
     model: Seq2SeqModel,
@@ -155,7 +175,9 @@ def beam_search(
                         )
                 elif len(beams) < width:
                     beams.append((source_beam, token, score))
-            if len(finished[original]) >= width or not beams:
+            if not beams or _settled(
+                finished[original], width, beams[0][2], t + 1, int(limits[original]), length_penalty
+            ):
                 continue
             while len(beams) < width:  # too few live extensions: pad with dead beams
                 beams.append((beams[0][0], PAD_ID, float("-inf")))
