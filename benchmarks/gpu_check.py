@@ -155,12 +155,16 @@ def stop(process: subprocess.Popen, grace: float = 30) -> None:
     try:
         process.wait(timeout=grace)
     except subprocess.TimeoutExpired:
-        started = descendants(process.pid)  # before the kill: then they are orphans
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        for pid in started:
-            with contextlib.suppress(ProcessLookupError):
+        gone = (ProcessLookupError, PermissionError)  # PermissionError: not ours (any more)
+        # The group stopped first: a child that ends meanwhile stays a zombie of its
+        # stopped parent, so its PID is not freed and reused before the kills below.
+        with contextlib.suppress(*gone):
+            os.killpg(process.pid, signal.SIGSTOP)
+        for pid in reversed(descendants(process.pid)):  # the deepest first
+            with contextlib.suppress(*gone):
                 os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(*gone):
+            os.killpg(process.pid, signal.SIGKILL)
         process.wait()
 
 

@@ -102,13 +102,9 @@ def test_outputs_stop_within_learned_positions():
     assert [len(h.tokens) for h in greedy(model, batch, max_output_length=50)] == [5]
 
 
-class Peaked:
-    """A decoder without a model whose next-symbol probabilities depend only on the last
-    symbol and the step, written so that beam search goes wrong if it stops at the first
-    `width` ended hypotheses: the best output, a a a a (probability 0.96^5 with its end),
-    is still being written when the unlikely alternatives b, c, a b, a c, ... have ended
-    (each near 0.02; no two outputs are equally likely), because after b or c the end is
-    almost certain."""
+class Markov:
+    """A decoder without a model: its next-symbol probabilities (`probabilities`) depend
+    only on the last symbol and the step."""
 
     A, B, C = 5, 6, 7
     max_length = None
@@ -117,10 +113,7 @@ class Peaked:
         return {"t": torch.zeros(len(batch), dtype=torch.long)}
 
     def probabilities(self, previous: int, t: int) -> dict[int, float]:
-        if previous in (self.B, self.C):
-            return {EOS_ID: 0.99, self.B: 0.006, self.C: 0.004}
-        good = EOS_ID if t == 4 else self.A
-        return {good: 0.96, self.B: 0.025, self.C: 0.015}
+        raise NotImplementedError
 
     def step(self, state, previous):
         from transduce.models.base import Step
@@ -152,6 +145,36 @@ class Peaked:
         return sorted(found, key=lambda f: -f[0])
 
 
+class Peaked(Markov):
+    """Written so that beam search goes wrong if it stops at the first `width` ended
+    hypotheses: the best output, a a a a (probability 0.96^5 with its end), is still being
+    written when the unlikely alternatives b, c, a b, a c, ... have ended (each near 0.02;
+    no two outputs are equally likely), because after b or c the end is almost certain."""
+
+    def probabilities(self, previous: int, t: int) -> dict[int, float]:
+        if previous in (self.B, self.C):
+            return {EOS_ID: 0.99, self.B: 0.006, self.C: 0.004}
+        good = EOS_ID if t == 4 else self.A
+        return {good: 0.96, self.B: 0.025, self.C: 0.015}
+
+
+class Random(Markov):
+    """Peaked random distributions over a, b, c and the end, one for each last symbol and
+    step (seeded)."""
+
+    def __init__(self, seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        symbols = (EOS_ID, self.A, self.B, self.C)
+        self.table = {}
+        for previous in (1, self.A, self.B, self.C):  # BOS and the three symbols
+            for t in range(13):
+                draw = torch.rand(4, generator=generator) ** 4  # mostly one large
+                self.table[previous, t] = dict(zip(symbols, (draw / draw.sum()).tolist()))
+
+    def probabilities(self, previous: int, t: int) -> dict[int, float]:
+        return self.table[previous, t]
+
+
 @pytest.mark.parametrize("width", [2, 3, 5])
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_beam_search_keeps_the_best_hypothesis_while_poor_ones_end(width, alpha):
@@ -168,3 +191,42 @@ def test_beam_search_keeps_the_best_hypothesis_while_poor_ones_end(width, alpha)
         assert [h.tokens for h in hyps] == [tokens for _, tokens in exact[:width]]
         best = [score for score, _ in exact[:width]]
         assert [h.normalized for h in hyps] == pytest.approx(best, abs=1e-4)
+
+
+def test_settled_by_hand():
+    """Two ended hypotheses of normalized scores -1 and -2; a live one of score -2.5 with 1
+    symbol, an output limit of 4. alpha 0: it can reach -2.5 at best, under -2: settled
+    with width 2 (not with width 3: only two have ended). alpha 1: a live -4.5 can reach
+    -4.5 / 5 = -0.9 at the limit (its near end, -4.5 / 2 = -2.25, would wrongly settle
+    it). alpha -1: -2.5 x 2 = -5 at best, at its near end (the far end, -0.9 x 5 = -4.5,
+    would wrongly settle a live -0.9, which can reach -1.8)."""
+    from transduce.decoding import Hypothesis, _settled
+
+    ended = [Hypothesis([5], -1.0, -1.0), Hypothesis([5, 6], -2.0, -2.0)]
+    assert _settled(ended, 2, -2.5, 1, 4, 0.0)
+    assert not _settled(ended, 3, -2.5, 1, 4, 0.0)
+    assert not _settled(ended, 2, -1.9, 1, 4, 0.0)
+    assert not _settled(ended, 2, -4.5, 1, 4, 1.0)  # -0.9 > -2
+    assert _settled(ended, 2, -12.0, 1, 4, 1.0)  # -12 / 5 = -2.4 < -2
+    assert _settled(ended, 2, -2.5, 1, 4, -1.0)  # -5 < -2
+    assert not _settled(ended, 2, -0.9, 1, 4, -1.0)  # -0.9 x 2 = -1.8 > -2
+
+
+@pytest.mark.parametrize("alpha", [-1.0, 0.0, 0.6, 1.0])
+def test_beam_search_ends_a_sentence_only_when_nothing_live_can_change_its_nbest(
+    alpha, monkeypatch
+):
+    """On random peaked tables, the n-best of the search equal those of the same search
+    that never ends a sentence before its output limit: ending earlier lost nothing."""
+    import transduce.decoding as decoding
+
+    batch = collate([[5], [6]])  # output limits 2 x 1 + 10 = 12 symbols
+    models = [Random(seed) for seed in range(40)]
+    found = [
+        beam_search(m, batch, width, alpha, nbest=width) for m in models for width in (1, 2, 3)
+    ]
+    monkeypatch.setattr(decoding, "_settled", lambda *args: False)
+    full = [beam_search(m, batch, width, alpha, nbest=width) for m in models for width in (1, 2, 3)]
+    for ours, expected in zip(found, full):
+        for hyps, all_hyps in zip(ours, expected):
+            assert [h.tokens for h in hyps] == [h.tokens for h in all_hyps]

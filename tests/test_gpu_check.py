@@ -94,7 +94,7 @@ def test_descendants_reads_the_process_tree(tmp_path):
     for pid, (command, parent) in tree.items():
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "stat").write_text(f"{pid} ({command}) S {parent} {pid} 0 0\n")
-    (tmp_path / "99").mkdir()  # gone before its stat was read
+    (tmp_path / "99" / "stat").mkdir(parents=True)  # unreadable as a file: skipped
     assert sorted(module.descendants(10, tmp_path)) == [11, 12, 13]
     assert module.descendants(20, tmp_path) == [21]
     assert module.descendants(12, tmp_path) == []
@@ -105,7 +105,9 @@ def test_stop_kills_what_the_command_started_in_a_session_of_its_own(tmp_path):
     """A command that ignores Ctrl-C, and its child in a session of its own (as `experiment
     run` starts its cells) that ignores it too: after the grace both are gone, not only
     the command's process group."""
+    import contextlib
     import os
+    import signal
     import time
 
     module = gpu_check_module()
@@ -118,22 +120,29 @@ def test_stop_kills_what_the_command_started_in_a_session_of_its_own(tmp_path):
         f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(600)"
     )
     process = subprocess.Popen([sys.executable, "-c", parent], start_new_session=True)
-    deadline = time.monotonic() + 30
-    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    grandchild = int(pid_file.read_text())
-    time.sleep(0.5)  # both have set their signal handlers
-    module.stop(process, grace=1)
-    assert process.returncode is not None
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{grandchild}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            break  # reaped
-        if state == "Z":  # killed, waiting for init to reap it
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(grandchild, 9)
-        raise AssertionError("the child in its own session outlived stop()")
+    grandchild = None
+    try:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        grandchild = int(pid_file.read_text())
+        module.stop(process, grace=1)
+        assert process.returncode is not None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                stat = Path(f"/proc/{grandchild}/stat").read_text()
+            except OSError:
+                break  # reaped
+            if stat.rsplit(")", 1)[1].split()[0] == "Z":  # killed, not reaped yet
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the child in its own session outlived stop()")
+    finally:  # whatever failed above: leave nothing sleeping
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+        if grandchild is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(grandchild, signal.SIGKILL)  # its own group: never a reused PID's
+        process.wait()

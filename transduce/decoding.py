@@ -10,7 +10,9 @@ its output limit: `max_output_length`, or by default 2 |x| + 10 symbols.
 
 Beam search keeps `beam` hypotheses per sentence; at each step it looks at the 2 x beam best
 extensions, moves those that end (EOS among the best `beam`) to the finished list, and keeps
-the best `beam` that do not. A sentence is done when `beam` hypotheses have finished.
+the best `beam` that do not. A sentence is done when `beam` hypotheses have finished and
+no live one can still rank among them (`_settled`): with a length penalty alpha > 0 a
+longer output may still overtake, so such a search can run on towards the output limit.
 """
 
 from __future__ import annotations
