@@ -236,6 +236,20 @@ def test_short_runs_are_timed_in_seconds_and_a_cell_is_done_once_reported(tmp_pa
         path.write_text(json.dumps({**json.loads(path.read_text()), "training_seconds": seconds}))
     text = report.markdown(report.table(experiment, tmp_path))
     assert "all sessions), seconds: a 2 median (1-3, n=2)" in text, text
+    assert "CPU time per run" not in text  # no train.json counted it
+    path = tmp_path / "runs" / cells[1].id / "train.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "cpu_seconds": 2.0}))
+    data = report.table(experiment, tmp_path)
+    assert data["cpu_seconds"] == {cells[1].id: 2.0}
+    assert "where train.json counts it), seconds: a 2 median (2-2, n=1)" in report.markdown(data)
+    from transduce.runs import RunReport
+
+    assert RunReport.from_json(path).cpu_seconds == 2.0
+    counted = path.read_text()
+    path.write_text(json.dumps({**json.loads(counted), "cpu_seconds": "2"}))
+    with pytest.raises(ValueError, match="'cpu_seconds' is '2', not what train writes"):
+        RunReport.from_json(path)
+    path.write_text(counted)
     # the first cell reported, the second finished on disk but not reported yet
     outcomes = [runner.Outcome(cells[0], runner.DONE, 1.0)]
     data = runner.state(experiment, tmp_path, outcomes, todo=[c.id for c in cells])

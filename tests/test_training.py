@@ -82,6 +82,52 @@ def test_resume_after_the_stop_trains_no_further(tasks, tmp_path: Path):
     assert (tmp_path / "run" / "test.predictions").stat().st_mtime_ns != predictions
 
 
+def test_cpu_seconds_count_the_process_time_over_resumed_sessions(
+    tasks, tmp_path: Path, monkeypatch
+):
+    """train.json's `cpu_seconds`: the process's CPU time in training and validation, added
+    over the sessions of a resumed run; a session that sleeps (as a run does whose cores
+    are taken by other processes) adds wall time to `training_seconds`, not CPU time; a run
+    resumed from a checkpoint that did not count them records None, not a part."""
+    import time
+
+    nap, burn = 0.05, {"seconds": 0.05}
+    step = Trainer.train_step
+
+    def slow_step(self, batches):
+        time.sleep(nap)  # wall time that is not this process's CPU time
+        start = time.process_time()
+        while time.process_time() - start < burn["seconds"]:  # CPU time of this process
+            pass
+        return step(self, batches)
+
+    monkeypatch.setattr(Trainer, "train_step", slow_step)
+    model = {**TINY_LSTM, "dropout": 0.2}
+    first = recipe(tasks["copy"], model, max_epochs=1, batch_size=32, threads=1)
+    whole = recipe(tasks["copy"], model, max_epochs=3, batch_size=32, threads=1)
+    cpu_before = time.process_time()
+    one = train(tmp_path / "run", first)
+    cpu_one = time.process_time() - cpu_before
+    assert 0.9 * burn["seconds"] * one["updates"] <= one["cpu_seconds"] <= cpu_one, one
+    assert one["training_seconds"] - one["cpu_seconds"] >= 0.9 * nap * one["updates"], one
+    burn["seconds"] = 0.0  # the second session costs less than the first: if it did not
+    cpu_before = time.process_time()  # add to the first's, the total would be lower
+    two = train(tmp_path / "run", whole, resume=True)
+    cpu_two = time.process_time() - cpu_before
+    assert 0 < two["cpu_seconds"] - one["cpu_seconds"] <= cpu_two  # the first session's kept
+    assert two["training_seconds"] - two["cpu_seconds"] >= 0.9 * nap * two["updates"]
+    # an earlier version's checkpoint has no cpu_seconds: the sum is unknown
+    train(tmp_path / "old", first)
+    last = tmp_path / "old" / checkpoint.LAST
+    saved = checkpoint.load(last)
+    del saved["training"]["progress"]["cpu_seconds"]
+    checkpoint.save(last, saved)
+    old = train(tmp_path / "old", whole, resume=True)
+    assert old["updates"] == two["updates"] and old["cpu_seconds"] is None
+    written = json.loads((tmp_path / "old" / "train.json").read_text())
+    assert "cpu_seconds" in written and written["cpu_seconds"] is None
+
+
 def test_dev_subset_and_no_test(tasks, tmp_path: Path):
     data = recipe(tasks["copy"], TINY_LSTM, max_updates=4, validate_every=2, dev_subset=10)
     data["train"]["test"] = False

@@ -109,6 +109,7 @@ SHAPE: dict[str, tuple[type, ...]] = {
     "data": (dict, type(None)),
     "test_monotonicity": (dict, type(None)),
     "training_seconds": (int, float, type(None)),
+    "cpu_seconds": (int, float, type(None)),
 }
 
 
@@ -205,6 +206,14 @@ class RunReport:
     @property
     def training_seconds(self) -> float | None:
         seconds = self.fields.get("training_seconds")
+        return float(seconds) if isinstance(seconds, int | float) else None
+
+    @property
+    def cpu_seconds(self) -> float | None:
+        """The CPU seconds of the training process in training and validation, all
+        sessions (None: not counted: a train.json of an earlier version, or a run resumed from
+        an earlier version's checkpoint)."""
+        seconds = self.fields.get("cpu_seconds")
         return float(seconds) if isinstance(seconds, int | float) else None
 
     @property

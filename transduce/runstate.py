@@ -43,6 +43,9 @@ class Progress:
     epoch: int = 0  # epochs completed
     batch: int = 0  # batches done in the current epoch
     elapsed: float = 0.0  # seconds of training and validation so far
+    # CPU seconds of this process (all its threads) in training and validation so far;
+    # None when a session's are unknown (resumed from a checkpoint that did not count them)
+    cpu_seconds: float | None = 0.0
     best_score: float | None = None
     best_update: int | None = None
     bad_validations: int = 0
@@ -85,6 +88,8 @@ class Progress:
         if any(not isinstance(entry, dict) for entry in saved.get("history", [])):
             raise CheckpointError(f"{path}: training.progress.history holds a non-mapping entry")
         progress = cls(**{k: v for k, v in saved.items() if k in known})
+        if "cpu_seconds" not in saved:  # an earlier version's checkpoint: not counted
+            progress.cpu_seconds = None
         warnings = (
             [
                 f"warning: {path}: training.progress has keys this version does not know "
@@ -236,6 +241,9 @@ class RunState:
             "updates": progress.update,
             "epochs": progress.epoch,
             "training_seconds": progress.elapsed,  # training and validation, all sessions
+            # CPU seconds of the process in them (None: a session's are unknown); about the
+            # wall time a one-thread run would take on a quiet machine, however loaded this one was
+            "cpu_seconds": progress.cpu_seconds,
             "wall_seconds": wall,  # this process: data, training, test decoding
             "versions": versions(),
         }

@@ -364,6 +364,14 @@ class Trainer:
         """Updates and validations until a limit is reached or Ctrl-C asks to stop."""
         t, progress = self.config.train, self.state.progress
         limits = Limits(t, self.state.schedule, time.perf_counter() - progress.elapsed)
+        cpu_before, cpu_start = progress.cpu_seconds, time.process_time()
+
+        def clock() -> None:
+            """progress.elapsed and progress.cpu_seconds (this process's, so far), now."""
+            progress.elapsed = time.perf_counter() - limits.clock
+            if cpu_before is not None:
+                progress.cpu_seconds = cpu_before + time.process_time() - cpu_start
+
         self.state.model.train()
         planned, batches = -1, []  # the epoch whose batches these are
         main = self.world.main
@@ -379,7 +387,7 @@ class Trainer:
             # validate when due, and at the end unless this very state was validated (a
             # resumed run that met its limits at once was, when its last.pt was written)
             if due or (progress.stop is not None and progress.last_validation != progress.update):
-                progress.elapsed = time.perf_counter() - limits.clock
+                clock()
                 self.losses.collect(progress)
                 if main:
                     self.validate(epoch)
@@ -390,7 +398,7 @@ class Trainer:
             asked = interrupts.agreed if self.world.active else interrupts.requested
             if progress.stop is None and asked:
                 progress.stop = INTERRUPTED
-                progress.elapsed = time.perf_counter() - limits.clock
+                clock()
                 self.losses.collect(progress)
                 if main:
                     self.checkpoints.save(self._checkpoint(), improved=False)

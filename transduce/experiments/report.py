@@ -78,11 +78,13 @@ def scores(
     seconds: dict[str, float] | None = None,
     unscored: dict[str, str] | None = None,
     split: str = "test",
+    cpu: dict[str, float] | None = None,
 ) -> tuple[dict[str, dict], list[str]]:
     """The test scores of each finished cell (by id), with the test split's monotonicity
     where the run measured it (`MONOTONICITY`), and the ids of the others; `stops` gets
     each finished cell's reason to stop (train.json's `stop`), `seconds` its training
-    seconds (over all its sessions), `unscored` why a cell could not be scored again
+    seconds (over all its sessions) and `cpu` its CPU seconds in them where train.json
+    counted them (`RunReport.cpu_seconds`), `unscored` why a cell could not be scored again
     (`rescore`: it then counts without those metrics). With `split="dev"`: the dev scores
     and monotonicity of each cell's best validation instead (`best_dev`)."""
     found, missing = {}, []
@@ -94,6 +96,8 @@ def scores(
                 stops[cell.id] = str(report.stop)
             if seconds is not None and report.training_seconds is not None:
                 seconds[cell.id] = report.training_seconds
+            if cpu is not None and report.cpu_seconds is not None:
+                cpu[cell.id] = report.cpu_seconds
             if split == "dev":
                 found[cell.id] = best_dev(report)
                 continue
@@ -270,8 +274,9 @@ def table(experiment: Experiment, directory: Path, split: str = "test") -> dict[
     references or published numbers (those are test numbers)."""
     stops: dict[str, str] = {}
     seconds: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     unscored: dict[str, str] = {}
-    found, missing = scores(experiment, directory, stops, seconds, unscored, split)
+    found, missing = scores(experiment, directory, stops, seconds, unscored, split, cpu)
     not_decoded: list[str] = []
     stale: list[str] = []
     combined = ensemble_scores(experiment, directory, unscored, not_decoded, stale, split)
@@ -345,6 +350,7 @@ def table(experiment: Experiment, directory: Path, split: str = "test") -> dict[
         "variants": experiment.variants,  # each: every test line against its own reference
         "unscored": unscored,  # cells that could not be: counted without those metrics
         "training_seconds": seconds,  # of each finished cell, over all its sessions
+        "cpu_seconds": cpu,  # the same cells' CPU seconds in them, where counted
         # finished at a training limit, not by early stopping: maybe short of convergence
         "at_limit": {
             cell: stop for cell, stop in stops.items() if stop.startswith(defaults.STOP_AT_LIMIT)
@@ -644,21 +650,17 @@ def markdown(data: dict[str, Any]) -> str:
         out.append(
             f"\nNot scored again, so left out of {names}: " + "; ".join(data["unscored"].values())
         )
-    timed = data.get("training_seconds") or {}
-    if timed:
-        # in minutes, or in seconds when a run would show as "0.0" minutes
-        unit, scale, digits = ("minutes", 60, 1) if min(timed.values()) >= 3 else ("seconds", 1, 0)
-        per_system: dict[str, list[float]] = {}
-        for cell, value in timed.items():
-            per_system.setdefault(cell.split(".")[0], []).append(value / scale)
-        out.append(
-            f"\nTraining time per run (training and validation, all sessions), {unit}: "
-            + "; ".join(
-                f"{system} {statistics.median(v):.{digits}f} median "
-                f"({min(v):.{digits}f}-{max(v):.{digits}f}, n={len(v)})"
-                for system, v in per_system.items()
-            )
-        )
+    for key, what in (
+        ("training_seconds", "Training time per run (training and validation, all sessions)"),
+        (
+            "cpu_seconds",
+            "CPU time per run (of the training process, all its threads: about the time a "
+            "one-thread run takes on a quiet machine; where train.json counts it)",
+        ),
+    ):
+        timed = data.get(key) or {}
+        if timed:
+            out.append(f"\n{what}, " + _per_system(timed))
     if data.get("at_limit"):
         out.append(
             "\nStopped at a training limit, not by early stopping (maybe short of "
@@ -666,6 +668,20 @@ def markdown(data: dict[str, Any]) -> str:
             + ", ".join(f"{cell} ({stop})" for cell, stop in data["at_limit"].items())
         )
     return "\n".join(out) + "\n"
+
+
+def _per_system(timed: dict[str, float]) -> str:
+    """Seconds by cell id, as each system's median, range and count: in minutes, or in
+    seconds when a run would show as "0.0" minutes."""
+    unit, scale, digits = ("minutes", 60, 1) if min(timed.values()) >= 3 else ("seconds", 1, 0)
+    per_system: dict[str, list[float]] = {}
+    for cell, value in timed.items():
+        per_system.setdefault(cell.split(".")[0], []).append(value / scale)
+    return f"{unit}: " + "; ".join(
+        f"{system} {statistics.median(v):.{digits}f} median "
+        f"({min(v):.{digits}f}-{max(v):.{digits}f}, n={len(v)})"
+        for system, v in per_system.items()
+    )
 
 
 def _search_table(base: str, search: dict[str, Any]) -> str:
