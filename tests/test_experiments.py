@@ -236,12 +236,18 @@ def test_short_runs_are_timed_in_seconds_and_a_cell_is_done_once_reported(tmp_pa
         path.write_text(json.dumps({**json.loads(path.read_text()), "training_seconds": seconds}))
     text = report.markdown(report.table(experiment, tmp_path))
     assert "all sessions), seconds: a 2 median (1-3, n=2)" in text, text
-    assert "CPU time per run" not in text  # no train.json counted it
+    assert "CPU time per run" not in text and "Machines" not in text  # no train.json says
     path = tmp_path / "runs" / cells[1].id / "train.json"
+    facts = {"cpu": "X", "cpu_family": None, "cpus": 2, "cpu_capability": "AVX2", "gpu": None}
     path.write_text(json.dumps({**json.loads(path.read_text()), "cpu_seconds": 2.0}))
+    for cell in cells:
+        run = tmp_path / "runs" / cell.id / "train.json"
+        run.write_text(json.dumps({**json.loads(run.read_text()), "machine": facts}))
     data = report.table(experiment, tmp_path)
     assert data["cpu_seconds"] == {cells[1].id: 2.0}
-    assert "where train.json counts it), seconds: a 2 median (2-2, n=1)" in report.markdown(data)
+    text = report.markdown(data)
+    assert "where train.json counts it), seconds: a 2 median (2-2, n=1)" in text
+    assert "records it): X, AVX2 kernels, 2 CPUs (2 runs)\n" in text
     from transduce.runs import RunReport
 
     assert RunReport.from_json(path).cpu_seconds == 2.0

@@ -109,6 +109,7 @@ def test_cpu_seconds_count_the_process_time_over_resumed_sessions(
     one = train(tmp_path / "run", first)
     cpu_one = time.process_time() - cpu_before
     assert 0.9 * burn["seconds"] * one["updates"] <= one["cpu_seconds"] <= cpu_one, one
+    assert one["machine"]["cpus"] >= 1 and one["machine"]["gpu"] is None  # what trained it
     assert one["training_seconds"] - one["cpu_seconds"] >= 0.9 * nap * one["updates"], one
     burn["seconds"] = 0.0  # the second session costs less than the first: if it did not
     cpu_before = time.process_time()  # add to the first's, the total would be lower
@@ -126,6 +127,35 @@ def test_cpu_seconds_count_the_process_time_over_resumed_sessions(
     assert old["updates"] == two["updates"] and old["cpu_seconds"] is None
     written = json.loads((tmp_path / "old" / "train.json").read_text())
     assert "cpu_seconds" in written and written["cpu_seconds"] is None
+
+
+def test_machine_read_from_cpuinfo(tmp_path: Path):
+    """train.json's `machine`: the first processor's model name, family and model (a later
+    processor's lines are not read over them), the CPUs this process may use, torch's
+    kernels; Nones where there is no cpuinfo; and in words for the report."""
+    import os
+
+    from transduce.reporting import machine
+    from transduce.runs import RunReport
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+        "model name\t: AMD EPYC 9B14\nflags\t\t: fpu avx2\n\n"
+        "processor\t: 1\ncpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Other\n\n"
+    )
+    facts = machine("cpu", cpuinfo)
+    assert facts["cpu"] == "AMD EPYC 9B14" and facts["cpu_family"] == "25"
+    assert facts["cpu_model"] == "17" and facts["gpu"] is None
+    assert facts["cpus"] == len(os.sched_getaffinity(0))
+    assert facts["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    missing = machine(None, tmp_path / "none")
+    assert (missing["cpu"], missing["cpu_family"], missing["cpu_model"]) == (None, None, None)
+    facts["cpu_capability"], facts["cpus"] = "AVX512", 2
+    words = RunReport({"machine": facts}).machine
+    assert words == "AMD EPYC 9B14 (family 25, model 17), AVX512 kernels, 2 CPUs"
+    assert RunReport({"machine": {**missing, "cpus": 4}}).machine.startswith("unknown CPU, ")
+    assert RunReport({}).machine is None
 
 
 def test_dev_subset_and_no_test(tasks, tmp_path: Path):

@@ -110,6 +110,7 @@ SHAPE: dict[str, tuple[type, ...]] = {
     "test_monotonicity": (dict, type(None)),
     "training_seconds": (int, float, type(None)),
     "cpu_seconds": (int, float, type(None)),
+    "machine": (dict, type(None)),
 }
 
 
@@ -215,6 +216,22 @@ class RunReport:
         an earlier version's checkpoint)."""
         seconds = self.fields.get("cpu_seconds")
         return float(seconds) if isinstance(seconds, int | float) else None
+
+    @property
+    def machine(self) -> str | None:
+        """What trained the run, in words (`transduce.reporting.machine`: the CPU, its
+        family and model numbers, torch's kernels, the CPUs, the GPU), or None where
+        train.json does not say (an earlier version's)."""
+        facts = self.fields.get("machine")
+        if not isinstance(facts, dict):
+            return None
+        cpu = f"{facts.get('cpu') or 'unknown CPU'}"
+        if facts.get("cpu_family") is not None:
+            cpu += f" (family {facts['cpu_family']}, model {facts.get('cpu_model')})"
+        words = [cpu, f"{facts.get('cpu_capability')} kernels", f"{facts.get('cpus')} CPUs"]
+        if facts.get("gpu"):
+            words.append(str(facts["gpu"]))
+        return ", ".join(words)
 
     @property
     def finished(self) -> bool:

@@ -27,7 +27,7 @@ from transduce.errors import CheckpointError, ConfigError, shorten
 from transduce.io import sha256_file
 from transduce.metrics import get_metric
 from transduce.models import Model
-from transduce.reporting import versions
+from transduce.reporting import machine, versions
 from transduce.runs import RunReport
 from transduce.schedules import Schedule
 from transduce.tasks import TaskData
@@ -225,6 +225,7 @@ class RunState:
             "parameters": model.parameter_count(),
             "init_from": self.initialized,  # the weights it started from (fine-tuning)
             "device": str(device),
+            "machine": machine(device),  # the CPU (and GPU) that trained it: times differ
             "precision": precision,  # what train.precision ran as on this device
             "processes": world.size,
             "backend": world.backend,  # of the process group (nccl, gloo), if any

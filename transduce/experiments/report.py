@@ -31,6 +31,7 @@ ensembles' files, so a copy of those alone (`experiments.export`) gives the same
 
 from __future__ import annotations
 
+import collections
 import csv
 import dataclasses
 import io
@@ -79,12 +80,14 @@ def scores(
     unscored: dict[str, str] | None = None,
     split: str = "test",
     cpu: dict[str, float] | None = None,
+    machines: dict[str, str] | None = None,
 ) -> tuple[dict[str, dict], list[str]]:
     """The test scores of each finished cell (by id), with the test split's monotonicity
     where the run measured it (`MONOTONICITY`), and the ids of the others; `stops` gets
     each finished cell's reason to stop (train.json's `stop`), `seconds` its training
     seconds (over all its sessions) and `cpu` its CPU seconds in them where train.json
-    counted them (`RunReport.cpu_seconds`), `unscored` why a cell could not be scored again
+    counted them (`RunReport.cpu_seconds`), `machines` what trained it where train.json
+    says (`RunReport.machine`), `unscored` why a cell could not be scored again
     (`rescore`: it then counts without those metrics). With `split="dev"`: the dev scores
     and monotonicity of each cell's best validation instead (`best_dev`)."""
     found, missing = {}, []
@@ -98,6 +101,8 @@ def scores(
                 seconds[cell.id] = report.training_seconds
             if cpu is not None and report.cpu_seconds is not None:
                 cpu[cell.id] = report.cpu_seconds
+            if machines is not None and report.machine is not None:
+                machines[cell.id] = report.machine
             if split == "dev":
                 found[cell.id] = best_dev(report)
                 continue
@@ -275,8 +280,11 @@ def table(experiment: Experiment, directory: Path, split: str = "test") -> dict[
     stops: dict[str, str] = {}
     seconds: dict[str, float] = {}
     cpu: dict[str, float] = {}
+    machines: dict[str, str] = {}
     unscored: dict[str, str] = {}
-    found, missing = scores(experiment, directory, stops, seconds, unscored, split, cpu)
+    found, missing = scores(
+        experiment, directory, stops, seconds, unscored, split, cpu=cpu, machines=machines
+    )
     not_decoded: list[str] = []
     stale: list[str] = []
     combined = ensemble_scores(experiment, directory, unscored, not_decoded, stale, split)
@@ -351,6 +359,7 @@ def table(experiment: Experiment, directory: Path, split: str = "test") -> dict[
         "unscored": unscored,  # cells that could not be: counted without those metrics
         "training_seconds": seconds,  # of each finished cell, over all its sessions
         "cpu_seconds": cpu,  # the same cells' CPU seconds in them, where counted
+        "machines": machines,  # what trained each, where its train.json says
         # finished at a training limit, not by early stopping: maybe short of convergence
         "at_limit": {
             cell: stop for cell, stop in stops.items() if stop.startswith(defaults.STOP_AT_LIMIT)
@@ -661,6 +670,12 @@ def markdown(data: dict[str, Any]) -> str:
         timed = data.get(key) or {}
         if timed:
             out.append(f"\n{what}, " + _per_system(timed))
+    kinds = collections.Counter((data.get("machines") or {}).values())
+    if kinds:
+        out.append(
+            "\nMachines that trained the finished runs (where train.json records it): "
+            + "; ".join(f"{kind} ({n} runs)" for kind, n in sorted(kinds.items()))
+        )
     if data.get("at_limit"):
         out.append(
             "\nStopped at a training limit, not by early stopping (maybe short of "
