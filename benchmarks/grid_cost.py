@@ -3,21 +3,30 @@ target: the 52-language SIGMORPHON 2017 medium grid, 3 seeds, overnight on a 2-c
 laptop, 8 hours at most).
 
 Reads DIR, an experiment's folder (`experiment run --out DIR`, or its committed copy in
-results/): its cells.json and each cell's train.json. A finished run costs its training
-and validation time (`training_seconds`, all sessions) plus what its process spends
-outside them (preparing the data, loading, the test decode; the median of the runs whose
-train.json covers a single session, where `wall_seconds` minus `training_seconds` is
-that); a decoded ensemble costs its recorded seconds (the median of those recorded, for
-the others). With `--basis cpu` (the default) a one-thread run whose train.json counts
-`cpu_seconds` costs those instead of its training time: that is close to its time alone
-on a quiet machine, however loaded the machine was, whereas
-`training_seconds` of a run that shared its cores is an upper bound. The report says
-how many runs each basis timed.
+results/): its cells.json, each cell's train.json and each ensemble's ensemble.json.
 
-The grid's wall time on W workers is then the makespan of the cells started in the
-experiment's order, each on the first free worker (as `experiment run --workers W` starts
-them), the ensembles in their last seed's place: `measured_hours` over the finished cells,
-`projected_hours` with each unfinished cell at its system's median. Prints one JSON line.
+- A finished run costs its training and validation time (`training_seconds`, all
+  sessions) plus what its process spends outside them (preparing the data, loading, the
+  test decode): the median, over the runs whose `wall_seconds` (the last session's) is at
+  least their `training_seconds`, of the difference (approximate: a resumed run whose
+  last session was its longest counts too).
+- With `--basis cpu` (the default), a run of one process and one thread on the CPU whose
+  train.json counts `cpu_seconds` costs those instead of its training time: an estimate
+  of its time alone on the machine, less swayed by other processes on the cores than
+  `training_seconds`, which is an upper bound for a run that shared them. Other runs (on a
+  GPU, of several threads or processes) cost their training time. The report says how
+  many runs each basis timed.
+- A decoded ensemble costs the seconds its ensemble.json records (else the median of
+  those recorded; 0 where none is).
+
+The grid's wall time on W workers is then simulated as `experiment run --workers W` runs
+it: the cells start in the experiment's order, each on the first free worker, and an
+ensemble is decoded on the worker whose run finished its last member, at once, before
+that worker takes the next cell. `measured_hours`: the finished cells and the decoded
+ensembles; `projected_hours`: every cell and ensemble, an unfinished cell at the median of
+its system's finished runs on the same dataset, else on all datasets. Machines differ (the
+same recipe ran twice as fast on one session's 2-core EPYC as on another's), so the hours
+hold for the machines in the runs' `machine`. Prints one JSON line.
 
     python benchmarks/grid_cost.py DIR [--workers 2] [--cells 'small-ref.*'] [--basis cpu|training]
 """
@@ -25,6 +34,7 @@ them), the ensembles in their last seed's place: `measured_hours` over the finis
 from __future__ import annotations
 
 import argparse
+import collections
 import fnmatch
 import heapq
 import json
@@ -38,12 +48,37 @@ from transduce.runs import RunReport
 TARGET_HOURS = 8.0  # issue 29: the medium grid overnight on 2 cores
 
 
-def makespan(costs: list[float], workers: int) -> float:
-    """The wall time of `costs` started in order, each on the first free of `workers`."""
-    free = [0.0] * workers
-    for cost in costs:
-        heapq.heappush(free, heapq.heappop(free) + cost)
-    return max(free)
+def schedule(
+    cells: list[tuple[str, float]],
+    ensembles: list[tuple[list[str], float]] | None = None,
+    workers: int = 2,
+) -> float:
+    """The wall time of `cells` (id, seconds), started in order, each on the first free of
+    `workers`, and of `ensembles` (members, seconds), each decoded on the worker that
+    finished its last member, as soon as it did, before that worker's next cell. An
+    ensemble with a member not among `cells` is not decoded."""
+    left = [set(members) for members, _ in ensembles or []]
+    groups: dict[str, list[int]] = {}
+    for index, (members, _) in enumerate(ensembles or []):
+        for member in members:
+            groups.setdefault(member, []).append(index)
+    queue = collections.deque(cells)
+    free: list[tuple[float, int, str | None]] = [(0.0, w, None) for w in range(workers)]
+    end = 0.0
+    while free:
+        time, worker, finished = heapq.heappop(free)
+        end = max(end, time)
+        decode = 0.0
+        for index in groups.get(finished or "", []):
+            left[index].discard(finished or "")
+            if not left[index]:
+                decode += (ensembles or [])[index][1]
+        if decode:
+            heapq.heappush(free, (time + decode, worker, None))
+        elif queue:
+            cell, seconds = queue.popleft()
+            heapq.heappush(free, (time + seconds, worker, cell))
+    return end
 
 
 def spread(values: list[float]) -> dict[str, Any]:
@@ -57,6 +92,17 @@ def spread(values: list[float]) -> dict[str, Any]:
         "min": round(min(minutes), 2),
         "max": round(max(minutes), 2),
     }
+
+
+def run_cost(report: RunReport, basis: str) -> tuple[float, str]:
+    """A finished run's seconds of training and validation, and the train.json field they
+    come from (see the module's docstring)."""
+    fields = report.fields
+    alone = fields.get("processes", 1) == 1 and fields.get("threads") == 1
+    on_cpu = str(fields.get("device", "cpu")).startswith("cpu")
+    if basis == "cpu" and alone and on_cpu and report.cpu_seconds is not None:
+        return report.cpu_seconds, "cpu_seconds"
+    return float(report.training_seconds or 0.0), "training_seconds"
 
 
 def grid_cost(
@@ -80,50 +126,53 @@ def grid_cost(
         r.fields["wall_seconds"] - r.training_seconds
         for r in reports.values()
         if isinstance(r.fields.get("wall_seconds"), int | float)
-        and r.fields["wall_seconds"] >= r.training_seconds  # one session: it covers them all
+        and r.fields["wall_seconds"] >= r.training_seconds
     ]
     overhead = statistics.median(outside) if outside else 0.0
     cost: dict[str, float] = {}
     timed_by = {"cpu_seconds": 0, "training_seconds": 0}
     for cell_id, report in reports.items():
-        one_thread = report.fields.get("threads") == 1  # CPU time is the wall time's match
-        if basis == "cpu" and one_thread and report.cpu_seconds is not None:
-            cost[cell_id], key = report.cpu_seconds, "cpu_seconds"
-        else:
-            cost[cell_id], key = float(report.training_seconds or 0.0), "training_seconds"
+        seconds, key = run_cost(report, basis)
+        cost[cell_id] = seconds + overhead
         timed_by[key] += 1
-        cost[cell_id] += overhead
-    systems: dict[str, dict[str, Any]] = {}
+    by_system: dict[str, list[float]] = {}
+    by_dataset: dict[tuple[str, Any], list[float]] = {}
     for cell in cells:
-        entry = systems.setdefault(cell["system"], {"cells": 0, "finished": 0, "costs": []})
-        entry["cells"] += 1
         if cell["id"] in cost:
-            entry["finished"] += 1
-            entry["costs"].append(cost[cell["id"]])
+            by_system.setdefault(cell["system"], []).append(cost[cell["id"]])
+            by_dataset.setdefault((cell["system"], cell.get("dataset")), []).append(
+                cost[cell["id"]]
+            )
     ids = {c["id"] for c in cells}
     groups = [g for g in state.get("ensembles") or [] if set(g["members"]) <= ids]
-    decoded = [g["seconds"] for g in groups if isinstance(g.get("seconds"), int | float)]
-    ensemble_cost = statistics.median(decoded) if decoded else 0.0
-    last_member = {g["members"][-1]: g for g in groups}
+    recorded: dict[str, float] = {}
+    for group in groups:
+        path = directory / group.get("directory", f"ensembles/{group['id']}") / "ensemble.json"
+        try:
+            seconds = json.loads(path.read_text(encoding="utf-8")).get("seconds")
+        except (OSError, ValueError):
+            seconds = group.get("seconds")
+        if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+            recorded[group["id"]] = float(seconds)
+    ensemble_cost = statistics.median(recorded.values()) if recorded else 0.0
 
-    def costs(project: bool) -> list[float]:
-        out = []
-        for cell in cells:
-            costs_of_system = systems[cell["system"]]["costs"]
-            if cell["id"] in cost:
-                out.append(cost[cell["id"]])
-            elif project and costs_of_system:
-                out.append(statistics.median(costs_of_system))
-            else:
-                continue
-            group = last_member.get(cell["id"])
-            if group is not None and (project or group.get("status") == "done"):
-                seconds = group.get("seconds")
-                out.append(seconds if isinstance(seconds, int | float) else ensemble_cost)
-        return out
+    def median_for(cell: dict[str, Any]) -> float | None:
+        same = by_dataset.get((cell["system"], cell.get("dataset"))) or by_system.get(
+            cell["system"]
+        )
+        return statistics.median(same) if same else None
 
-    unprojected = [s for s, e in systems.items() if not e["costs"]]
-    measured, projected = costs(project=False), costs(project=True)
+    measured = [(c["id"], cost[c["id"]]) for c in cells if c["id"] in cost]
+    unprojected = sorted({c["system"] for c in cells if median_for(c) is None})
+    projected = [
+        (c["id"], cost[c["id"]] if c["id"] in cost else median_for(c) or 0.0) for c in cells
+    ]
+    decoded = [
+        (g["members"], recorded.get(g["id"], ensemble_cost))
+        for g in groups
+        if g.get("status") == "done"
+    ]
+    every = [(g["members"], recorded.get(g["id"], ensemble_cost)) for g in groups]
     return {
         "benchmark": "grid_cost",
         "directory": str(directory),
@@ -131,19 +180,30 @@ def grid_cost(
         "cells": len(cells),
         "finished": len(cost),
         "ensembles": len(groups),
+        "ensembles_decoded": len(decoded),
         "workers": workers,
         "basis": basis,
         "timed_by": timed_by,  # finished runs timed by each field of train.json
         "outside_training_s": round(overhead, 1),  # per run, the median (n below)
         "outside_training_n": len(outside),
-        "ensemble_s": round(ensemble_cost, 1),  # the median of the decoded ones
+        "ensemble_s": round(ensemble_cost, 1),  # the median of those recorded (n below)
+        "ensemble_n": len(recorded),
+        "machines": dict(
+            collections.Counter(r.machine for r in reports.values() if r.machine is not None)
+        ),
         "per_system": {
-            s: {"cells": e["cells"], "finished": e["finished"], "minutes": spread(e["costs"])}
-            for s, e in systems.items()
+            system: {
+                "cells": sum(c["system"] == system for c in cells),
+                "finished": len(by_system.get(system, [])),
+                "minutes": spread(by_system.get(system, [])),
+            }
+            for system in dict.fromkeys(c["system"] for c in cells)
         },
-        "measured_hours": round(makespan(measured, workers) / 3600, 2),
-        # each unfinished cell at its system's median; None if a system has no finished run
-        "projected_hours": None if unprojected else round(makespan(projected, workers) / 3600, 2),
+        "measured_hours": round(schedule(measured, decoded, workers) / 3600, 2),
+        # each unfinished cell at its median; None where a system has no finished run
+        "projected_hours": None
+        if unprojected
+        else round(schedule(projected, every, workers) / 3600, 2),
         "not_projected": unprojected,
         "target_hours": TARGET_HOURS,
     }

@@ -248,6 +248,9 @@ def test_short_runs_are_timed_in_seconds_and_a_cell_is_done_once_reported(tmp_pa
     text = report.markdown(data)
     assert "where train.json counts it), seconds: a 2 median (2-2, n=1)" in text
     assert "records it): X, AVX2 kernels, 2 CPUs (2 runs)\n" in text
+    run.write_text(json.dumps({**json.loads(run.read_text()), "machine": {**facts, "cpus": 4}}))
+    text = report.markdown(report.table(experiment, tmp_path))
+    assert "records it): X, AVX2 kernels, 2 CPUs (1 run); X, AVX2 kernels, 4 CPUs (1 run)\n" in text
     from transduce.runs import RunReport
 
     assert RunReport.from_json(path).cpu_seconds == 2.0

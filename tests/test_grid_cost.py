@@ -21,64 +21,104 @@ def grid_cost_module():
     return module
 
 
-def test_makespan_by_hand():
-    makespan = grid_cost_module().makespan
-    assert makespan([], 2) == 0.0
-    assert makespan([3.0, 3.0, 3.0], 1) == 9.0
-    # in order, each on the first free worker: 4 | 1, then 2 on the second (3), 3 on it (6)
-    assert makespan([4.0, 1.0, 2.0, 3.0], 2) == 6.0
-    assert makespan([1.0, 1.0, 1.0, 1.0, 5.0], 2) == 7.0  # the last one starts at 2
+def test_schedule_by_hand():
+    schedule = grid_cost_module().schedule
+    assert schedule([], [], 2) == 0.0
+    assert schedule([("a", 3.0), ("b", 3.0), ("c", 3.0)], [], 1) == 9.0
+    # in order, each on the first free worker: a 0-4 | b 0-1, c 1-3, d 3-6
+    assert schedule([("a", 4.0), ("b", 1.0), ("c", 2.0), ("d", 3.0)], [], 2) == 6.0
+    # the ensemble waits for its last member (s3, 10-20) and is decoded in its place, while
+    # the other worker takes x at 10: s1 0-10, s3 10-20, ensemble 20-21 | s2 0-10, x 10-25
+    # (decoded on the first free worker at 10, it would have put x at 11-26)
+    cells = [("s1", 10.0), ("s2", 10.0), ("s3", 10.0), ("x", 15.0)]
+    assert schedule(cells, [(["s1", "s2", "s3"], 1.0)], 2) == 25.0
+    assert schedule(cells[:3], [(["s1", "s2", "s3"], 1.0)], 2) == 21.0
+    # the member that finishes last is the first: s1 0-30, ensemble 30-32 | s2 0-5, s3
+    # 5-10, y 10-11
+    cells = [("s1", 30.0), ("s2", 5.0), ("s3", 5.0), ("y", 1.0)]
+    assert schedule(cells, [(["s1", "s2", "s3"], 2.0)], 2) == 32.0
+    # one worker: the ensemble comes between its last member and the next cell
+    assert schedule(cells, [(["s1", "s2", "s3"], 2.0)], 1) == 43.0
+    # a member that is not among the cells: that ensemble is never decoded
+    assert schedule([("s1", 1.0)], [(["s1", "s9"], 5.0)], 1) == 1.0
+
+
+def test_run_cost_takes_cpu_seconds_only_for_one_process_of_one_thread_on_the_cpu():
+    module = grid_cost_module()
+    from transduce.runs import RunReport
+
+    alone = {"training_seconds": 10.0, "cpu_seconds": 6.0, "threads": 1, "processes": 1}
+    alone["device"] = "cpu"
+    assert module.run_cost(RunReport(alone), "cpu") == (6.0, "cpu_seconds")
+    assert module.run_cost(RunReport(alone), "training") == (10.0, "training_seconds")
+    for other in ({"threads": 2}, {"processes": 2}, {"device": "cuda:0"}, {"cpu_seconds": None}):
+        assert module.run_cost(RunReport({**alone, **other}), "cpu") == (10.0, "training_seconds")
 
 
 def write_run(directory: Path, cell: str, **fields) -> None:
     run = directory / "runs" / cell
     run.mkdir(parents=True)
     report = {"stop": "no better dev acc in 6 validations", "test": {"acc": 50.0}}
-    report.update(config={"train": {}}, data={"test_sources": 10}, **fields)
+    report.update(config={"train": {}}, data={"test_sources": 10}, device="cpu", processes=1)
+    report.update(fields)
     (run / "train.json").write_text(json.dumps(report))
 
 
 def experiment(directory: Path) -> None:
-    """System s on one dataset, 3 seeds and their ensemble, and system t with none finished.
-    In units of 36 s (0.01 h): seed 1 trained 10 (CPU 6) in one session of wall 11, so
-    outside its training 1; seed 2 trained 20 over two sessions (its wall covers the last);
-    seed 3 and t's run are not finished; the ensemble took 1 when it was decoded. Seed 2 ran
-    with 2 threads, so its CPU time (40) does not stand for its wall time."""
+    """System s on datasets d (3 seeds) and e (1 seed), each with its ensemble, and system t
+    with no run finished. In units of 36 s (0.01 h): s.d.seed1 trained 10 (CPU 6, one
+    thread) in one session of wall 11; s.d.seed2 trained 20 over two sessions with 2
+    threads (its CPU 40 is not its wall time); s.d.seed3 is not finished; s.e.seed1 trained
+    3 on a GPU (its CPU 100 is not its time) in one session of wall 4. So the time outside
+    training is 1 a run. s.e's ensemble was decoded in 1 (its ensemble.json); s.d's was
+    not decoded."""
     cells = [
-        {"id": f"{s}.d.seed{k}", "system": s, "run_dir": f"runs/{s}.d.seed{k}"}
-        for s, k in (("s", 1), ("s", 2), ("s", 3), ("t", 1))
+        {"id": f"{s}.{d}.seed{k}", "system": s, "dataset": d, "run_dir": f"runs/{s}.{d}.seed{k}"}
+        for s, d, k in (("s", "d", 1), ("s", "d", 2), ("s", "d", 3), ("s", "e", 1), ("t", "d", 1))
     ]
-    members = ["s.d.seed1", "s.d.seed2", "s.d.seed3"]
-    group = {"id": "s.d", "members": members, "status": "pending", "seconds": 36.0}
-    state = {"experiment": "e.yaml", "cells": cells, "ensembles": [group]}
+    groups = [
+        {"id": "s.d", "members": ["s.d.seed1", "s.d.seed2", "s.d.seed3"], "status": "pending"},
+        {"id": "s.e", "members": ["s.e.seed1"], "status": "done", "directory": "ensembles/s.e"},
+    ]
+    state = {"experiment": "e.yaml", "cells": cells, "ensembles": groups}
     (directory / "cells.json").write_text(json.dumps(state))
-    seconds = {"training_seconds": 360.0, "cpu_seconds": 216.0, "wall_seconds": 396.0}
+    unit = 36.0
+    seconds = {"training_seconds": 10 * unit, "cpu_seconds": 6 * unit, "wall_seconds": 11 * unit}
     write_run(directory, "s.d.seed1", threads=1, **seconds)
-    seconds = {"training_seconds": 720.0, "cpu_seconds": 1440.0, "wall_seconds": 300.0}
+    seconds = {"training_seconds": 20 * unit, "cpu_seconds": 40 * unit, "wall_seconds": 5 * unit}
     write_run(directory, "s.d.seed2", threads=2, **seconds)
     (directory / "runs" / "s.d.seed3").mkdir()  # started, nothing written
+    seconds = {"training_seconds": 3 * unit, "cpu_seconds": 100 * unit, "wall_seconds": 4 * unit}
+    write_run(directory, "s.e.seed1", threads=1, **{**seconds, "device": "cuda:0"})
+    (directory / "ensembles" / "s.e").mkdir(parents=True)
+    (directory / "ensembles" / "s.e" / "ensemble.json").write_text(json.dumps({"seconds": unit}))
 
 
 def test_grid_cost_by_hand(tmp_path):
     cost = grid_cost_module().grid_cost
     experiment(tmp_path)
     data = cost(tmp_path, 2)
-    assert data["cells"] == 4 and data["finished"] == 2 and data["ensembles"] == 1
-    assert data["timed_by"] == {"cpu_seconds": 1, "training_seconds": 1}
-    assert data["outside_training_s"] == 36.0 and data["outside_training_n"] == 1
-    # seed 1 costs 6 + 1, seed 2 20 + 1: side by side, 21
+    assert (data["cells"], data["finished"], data["ensembles"]) == (5, 3, 2)
+    assert data["timed_by"] == {"cpu_seconds": 1, "training_seconds": 2}
+    assert data["outside_training_s"] == 36.0 and data["outside_training_n"] == 2
+    assert data["ensemble_s"] == 36.0 and data["ensemble_n"] == 1
+    assert data["ensembles_decoded"] == 1
+    # costs 7, 21, 4: s.d.seed1 0-7, s.e.seed1 7-11, its ensemble 11-12 | s.d.seed2 0-21
     assert data["measured_hours"] == 0.21
     assert data["projected_hours"] is None and data["not_projected"] == ["t"]
     data = cost(tmp_path, 2, ["s.*"])
-    assert data["ensembles"] == 1 and data["ensemble_s"] == 36.0
-    assert data["per_system"]["s"]["minutes"] == {"n": 2, "median": 8.4, "min": 4.2, "max": 12.6}
-    # seed 3 at the median 14: 7 | 21, then 7 + 14 = 21, then the ensemble: 22
-    assert data["measured_hours"] == 0.21 and data["projected_hours"] == 0.22
-    # by training time: seed 1 costs 11; seed 3 16: 11 + 16 = 27 | 21 + 1
+    minutes = {"n": 3, "median": 4.2, "min": 2.4, "max": 12.6}  # 7, 21 and 4 units
+    assert data["per_system"] == {"s": {"cells": 4, "finished": 3, "minutes": minutes}}
+    # s.d.seed3 at d's median, 14: seed1 0-7, seed3 7-21, s.e.seed1 21-25, its ensemble
+    # 25-26 | seed2 0-21, then s.d's ensemble (its last member done) 21-22
+    assert data["measured_hours"] == 0.21 and data["projected_hours"] == 0.26
+    # by training time: seed1 costs 11, seed3 16: seed1 0-11, seed3 11-27, s.d's ensemble
+    # 27-28 | seed2 0-21, s.e.seed1 21-25, its ensemble 25-26
     data = cost(tmp_path, 2, ["s.*"], basis="training")
-    assert data["timed_by"] == {"cpu_seconds": 0, "training_seconds": 2}
-    assert data["projected_hours"] == 0.27
-    assert cost(tmp_path, 1, ["s.*"], basis="training")["projected_hours"] == 0.49  # 11+21+16+1
+    assert data["timed_by"] == {"cpu_seconds": 0, "training_seconds": 3}
+    assert data["projected_hours"] == 0.28
+    assert cost(tmp_path, 1, ["s.*"], basis="training")["projected_hours"] == 0.54
+    assert cost(tmp_path, 1, ["s.*"])["projected_hours"] == 0.48  # 7 + 21 + 14 + 1 + 4 + 1
 
 
 def test_grid_cost_command(tmp_path):
@@ -91,7 +131,7 @@ def test_grid_cost_command(tmp_path):
         cwd=REPO,
     )
     assert ok.returncode == 0, ok.stderr
-    assert json.loads(ok.stdout)["projected_hours"] == 0.43  # 7 + 21 + 14 + 1
+    assert json.loads(ok.stdout)["projected_hours"] == 0.48
     none = subprocess.run(
         [sys.executable, script, str(tmp_path), "--cells", "x.*"], capture_output=True, text=True
     )

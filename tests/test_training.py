@@ -154,7 +154,11 @@ def test_machine_read_from_cpuinfo(tmp_path: Path):
     facts["cpu_capability"], facts["cpus"] = "AVX512", 2
     words = RunReport({"machine": facts}).machine
     assert words == "AMD EPYC 9B14 (family 25, model 17), AVX512 kernels, 2 CPUs"
-    assert RunReport({"machine": {**missing, "cpus": 4}}).machine.startswith("unknown CPU, ")
+    assert RunReport({"machine": {**missing, "cpus": 4}}).machine == (
+        f"unknown CPU, {missing['cpu_capability']} kernels, 4 CPUs"
+    )
+    family_only = {"cpu": "C", "cpu_family": "6", "cpu_capability": None, "cpus": None}
+    assert RunReport({"machine": family_only}).machine == "C (family 6)"
     assert RunReport({}).machine is None
 
 

@@ -211,24 +211,34 @@ class RunReport:
 
     @property
     def cpu_seconds(self) -> float | None:
-        """The CPU seconds of the training process in training and validation, all
-        sessions (None: not counted: a train.json of an earlier version, or a run resumed from
-        an earlier version's checkpoint)."""
+        """The CPU seconds of the training process (the main one, where there are several)
+        in training and validation up to the last validation, as `training_seconds`, over all
+        sessions (None: not counted: a train.json of an earlier version, or a run resumed
+        from an earlier version's checkpoint)."""
         seconds = self.fields.get("cpu_seconds")
         return float(seconds) if isinstance(seconds, int | float) else None
 
     @property
     def machine(self) -> str | None:
-        """What trained the run, in words (`transduce.reporting.machine`: the CPU, its
-        family and model numbers, torch's kernels, the CPUs, the GPU), or None where
-        train.json does not say (an earlier version's)."""
+        """What trained the run's last session, in words (`transduce.reporting.machine`:
+        the CPU, its family and model numbers, torch's kernels, the CPUs, the GPU), or None
+        where train.json does not say (an earlier version's)."""
         facts = self.fields.get("machine")
         if not isinstance(facts, dict):
             return None
         cpu = f"{facts.get('cpu') or 'unknown CPU'}"
-        if facts.get("cpu_family") is not None:
-            cpu += f" (family {facts['cpu_family']}, model {facts.get('cpu_model')})"
-        words = [cpu, f"{facts.get('cpu_capability')} kernels", f"{facts.get('cpus')} CPUs"]
+        numbers = ", ".join(
+            f"{name} {facts[key]}"
+            for name, key in (("family", "cpu_family"), ("model", "cpu_model"))
+            if facts.get(key) is not None
+        )
+        if numbers:
+            cpu += f" ({numbers})"
+        words = [cpu]
+        if facts.get("cpu_capability"):
+            words.append(f"{facts['cpu_capability']} kernels")
+        if facts.get("cpus"):
+            words.append(f"{facts['cpus']} CPUs")
         if facts.get("gpu"):
             words.append(str(facts["gpu"]))
         return ", ".join(words)

@@ -43,8 +43,8 @@ class Progress:
     epoch: int = 0  # epochs completed
     batch: int = 0  # batches done in the current epoch
     elapsed: float = 0.0  # seconds of training and validation so far
-    # CPU seconds of this process (all its threads) in training and validation so far;
-    # None when a session's are unknown (resumed from a checkpoint that did not count them)
+    # CPU seconds of this process (all its threads) in training and validation so far, as
+    # `elapsed`; None when a session's are unknown (resumed from a checkpoint without them)
     cpu_seconds: float | None = 0.0
     best_score: float | None = None
     best_update: int | None = None
@@ -225,7 +225,7 @@ class RunState:
             "parameters": model.parameter_count(),
             "init_from": self.initialized,  # the weights it started from (fine-tuning)
             "device": str(device),
-            "machine": machine(device),  # the CPU (and GPU) that trained it: times differ
+            "machine": machine(device),  # the last session's CPU (and GPU): times differ
             "precision": precision,  # what train.precision ran as on this device
             "processes": world.size,
             "backend": world.backend,  # of the process group (nccl, gloo), if any
@@ -242,8 +242,8 @@ class RunState:
             "updates": progress.update,
             "epochs": progress.epoch,
             "training_seconds": progress.elapsed,  # training and validation, all sessions
-            # CPU seconds of the process in them (None: a session's are unknown); about the
-            # wall time a one-thread run would take on a quiet machine, however loaded this one was
+            # CPU seconds of the (main) process in them (None: a session's are unknown): for a
+            # run of one thread, an estimate of its time alone, less swayed by other processes
             "cpu_seconds": progress.cpu_seconds,
             "wall_seconds": wall,  # this process: data, training, test decoding
             "versions": versions(),

@@ -663,8 +663,8 @@ def markdown(data: dict[str, Any]) -> str:
         ("training_seconds", "Training time per run (training and validation, all sessions)"),
         (
             "cpu_seconds",
-            "CPU time per run (of the training process, all its threads: about the time a "
-            "one-thread run takes on a quiet machine; where train.json counts it)",
+            "CPU time per run (of the training process, all its threads: for a one-thread "
+            "run, an estimate of its time alone; where train.json counts it)",
         ),
     ):
         timed = data.get(key) or {}
@@ -674,7 +674,9 @@ def markdown(data: dict[str, Any]) -> str:
     if kinds:
         out.append(
             "\nMachines that trained the finished runs (where train.json records it): "
-            + "; ".join(f"{kind} ({n} runs)" for kind, n in sorted(kinds.items()))
+            + "; ".join(
+                f"{kind} ({n} run{'s' if n != 1 else ''})" for kind, n in sorted(kinds.items())
+            )
         )
     if data.get("at_limit"):
         out.append(
