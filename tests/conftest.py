@@ -7,6 +7,7 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -109,6 +110,17 @@ def inductor_cache(monkeypatch) -> None:
     user = os.environ.get("USER", "user")
     where = Path(tempfile.gettempdir()) / f"transduce-inductor-{user}-{capability}"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(where))
+
+
+def benchmark_script(name: str) -> Any:
+    """benchmarks/NAME.py as a module (the scripts are not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def transduce_env() -> dict[str, str]:

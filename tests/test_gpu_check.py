@@ -13,7 +13,7 @@ import torch
 
 from transduce import compiling
 
-from .conftest import REPO, transduce_env
+from .conftest import REPO, benchmark_script, transduce_env
 
 
 def tiny_check(out: Path, parts: str, minutes: int) -> subprocess.CompletedProcess:
@@ -61,14 +61,8 @@ def test_gpu_check_runs_the_main_job_compiled(tmp_path):
 
 
 def gpu_check_module():
-    """benchmarks/gpu_check.py as a module (it is a script, not part of the package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """benchmarks/gpu_check.py as a module."""
+    return benchmark_script("gpu_check")
 
 
 def test_gpu_check_summary_shows_a_failed_part():

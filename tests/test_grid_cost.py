@@ -3,22 +3,17 @@ checked against schedules worked out by hand."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from .conftest import REPO, benchmark_script
 
 
 def grid_cost_module():
-    """benchmarks/grid_cost.py as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("grid_cost", REPO / "benchmarks" / "grid_cost.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """benchmarks/grid_cost.py as a module."""
+    return benchmark_script("grid_cost")
 
 
 def test_schedule_by_hand():
