@@ -33,9 +33,9 @@ def machine(device: Any = None, cpuinfo: str | Path = "/proc/cpuinfo") -> dict[s
     """What this process runs on, for a report, since times and even results differ between
     machines: the CPU's model name and Linux's family and model numbers (from `cpuinfo`;
     None where it has none), the logical CPUs this process may use (its affinity; a cgroup
-    quota is not seen), the kernels torch
-    chose for this CPU (`torch.backends.cpu.get_cpu_capability()`: default, avx2, avx512,
-    ...) and, for a CUDA `device`, the GPU's name."""
+    quota is not seen), the kernels torch chose for this CPU
+    (`torch.backends.cpu.get_cpu_capability()`: DEFAULT, AVX2, AVX512, ...) and, for a
+    CUDA `device`, the GPU's name."""
     import torch  # only for runs, which have it loaded
 
     facts: dict[str, Any] = {"cpu": None, "cpu_family": None, "cpu_model": None}
