@@ -124,6 +124,23 @@ class Limits:
         return None
 
 
+class Clock:
+    """A run's seconds over all its sessions: `progress.elapsed` (wall) and
+    `progress.cpu_seconds` (this process's CPU time, all its threads; it stays None once a
+    session's are unknown), this session's added to what the checkpoint had."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.start = time.perf_counter() - progress.elapsed  # where elapsed counts from
+        self.cpu_before, self.cpu_start = progress.cpu_seconds, time.process_time()
+
+    def read(self) -> None:
+        """Set the progress's seconds to now."""
+        self.progress.elapsed = time.perf_counter() - self.start
+        if self.cpu_before is not None:
+            self.progress.cpu_seconds = self.cpu_before + time.process_time() - self.cpu_start
+
+
 class Losses:
     """The training losses of the updates not yet read from the device (each a scalar on
     it): no update waits for the device to read one."""
@@ -363,15 +380,8 @@ class Trainer:
     def _train(self, interrupts: Interrupts) -> None:
         """Updates and validations until a limit is reached or Ctrl-C asks to stop."""
         t, progress = self.config.train, self.state.progress
-        limits = Limits(t, self.state.schedule, time.perf_counter() - progress.elapsed)
-        cpu_before, cpu_start = progress.cpu_seconds, time.process_time()
-
-        def clock() -> None:
-            """progress.elapsed and progress.cpu_seconds (this process's, so far), now."""
-            progress.elapsed = time.perf_counter() - limits.clock
-            if cpu_before is not None:
-                progress.cpu_seconds = cpu_before + time.process_time() - cpu_start
-
+        clock = Clock(progress)
+        limits = Limits(t, self.state.schedule, clock.start)
         self.state.model.train()
         planned, batches = -1, []  # the epoch whose batches these are
         main = self.world.main
@@ -387,7 +397,7 @@ class Trainer:
             # validate when due, and at the end unless this very state was validated (a
             # resumed run that met its limits at once was, when its last.pt was written)
             if due or (progress.stop is not None and progress.last_validation != progress.update):
-                clock()
+                clock.read()
                 self.losses.collect(progress)
                 if main:
                     self.validate(epoch)
@@ -398,7 +408,7 @@ class Trainer:
             asked = interrupts.agreed if self.world.active else interrupts.requested
             if progress.stop is None and asked:
                 progress.stop = INTERRUPTED
-                clock()
+                clock.read()
                 self.losses.collect(progress)
                 if main:
                     self.checkpoints.save(self._checkpoint(), improved=False)
