@@ -57,24 +57,26 @@ def schedule(
     `workers`, and of `ensembles` (members, seconds), each decoded on the worker that
     finished its last member, as soon as it did, before that worker's next cell. An
     ensemble with a member not among `cells` is not decoded."""
-    left = [set(members) for members, _ in ensembles or []]
+    ensembles = ensembles or []
+    left = [set(members) for members, _ in ensembles]  # each ensemble's unfinished members
     groups: dict[str, list[int]] = {}
-    for index, (members, _) in enumerate(ensembles or []):
+    for index, (members, _) in enumerate(ensembles):
         for member in members:
             groups.setdefault(member, []).append(index)
     queue = collections.deque(cells)
-    free: list[tuple[float, int, str | None]] = [(0.0, w, None) for w in range(workers)]
+    # (when a worker is free, the worker, the cell it has just finished: "" for none)
+    free: list[tuple[float, int, str]] = [(0.0, w, "") for w in range(workers)]
     end = 0.0
     while free:
         time, worker, finished = heapq.heappop(free)
         end = max(end, time)
         decode = 0.0
-        for index in groups.get(finished or "", []):
-            left[index].discard(finished or "")
+        for index in groups.get(finished, []):
+            left[index].discard(finished)
             if not left[index]:
-                decode += (ensembles or [])[index][1]
+                decode += ensembles[index][1]
         if decode:
-            heapq.heappush(free, (time + decode, worker, None))
+            heapq.heappush(free, (time + decode, worker, ""))
         elif queue:
             cell, seconds = queue.popleft()
             heapq.heappush(free, (time + seconds, worker, cell))

@@ -75,19 +75,14 @@ class Row:
 def scores(
     experiment: Experiment,
     directory: Path,
-    stops: dict[str, str] | None = None,
-    seconds: dict[str, float] | None = None,
+    reports: dict[str, RunReport] | None = None,
     unscored: dict[str, str] | None = None,
     split: str = "test",
-    cpu: dict[str, float] | None = None,
-    machines: dict[str, str] | None = None,
 ) -> tuple[dict[str, dict], list[str]]:
     """The test scores of each finished cell (by id), with the test split's monotonicity
-    where the run measured it (`MONOTONICITY`), and the ids of the others; `stops` gets
-    each finished cell's reason to stop (train.json's `stop`), `seconds` its training
-    seconds (over all its sessions) and `cpu` its CPU seconds in them where train.json
-    counted them (`RunReport.cpu_seconds`), `machines` what trained it where train.json
-    says (`RunReport.machine`), `unscored` why a cell could not be scored again
+    where the run measured it (`MONOTONICITY`), and the ids of the others; `reports` gets
+    each finished cell's train.json (its stop, seconds, machine), `unscored` why a cell
+    could not be scored again
     (`rescore`: it then counts without those metrics). With `split="dev"`: the dev scores
     and monotonicity of each cell's best validation instead (`best_dev`)."""
     found, missing = {}, []
@@ -95,14 +90,8 @@ def scores(
         run_dir = directory / RUNS / cell.id
         report = run_report(run_dir) if finished(run_dir) else None
         if report is not None:
-            if stops is not None:
-                stops[cell.id] = str(report.stop)
-            if seconds is not None and report.training_seconds is not None:
-                seconds[cell.id] = report.training_seconds
-            if cpu is not None and report.cpu_seconds is not None:
-                cpu[cell.id] = report.cpu_seconds
-            if machines is not None and report.machine is not None:
-                machines[cell.id] = report.machine
+            if reports is not None:
+                reports[cell.id] = report
             if split == "dev":
                 found[cell.id] = best_dev(report)
                 continue
@@ -277,14 +266,15 @@ def table(experiment: Experiment, directory: Path, split: str = "test") -> dict[
     """The rows of the report, as plain data (what --json writes). `split="dev"`: each
     cell's best validation instead of its test scores, each ensemble's dev scores, and no
     references or published numbers (those are test numbers)."""
-    stops: dict[str, str] = {}
-    seconds: dict[str, float] = {}
-    cpu: dict[str, float] = {}
-    machines: dict[str, str] = {}
+    reports: dict[str, RunReport] = {}
     unscored: dict[str, str] = {}
-    found, missing = scores(
-        experiment, directory, stops, seconds, unscored, split, cpu=cpu, machines=machines
-    )
+    found, missing = scores(experiment, directory, reports, unscored, split)
+    stops = {cell: str(r.stop) for cell, r in reports.items()}
+
+    def each(field: str) -> dict[str, Any]:  # a RunReport property, where it has one
+        values = {cell: getattr(r, field) for cell, r in reports.items()}
+        return {cell: value for cell, value in values.items() if value is not None}
+
     not_decoded: list[str] = []
     stale: list[str] = []
     combined = ensemble_scores(experiment, directory, unscored, not_decoded, stale, split)
@@ -357,9 +347,9 @@ def table(experiment: Experiment, directory: Path, split: str = "test") -> dict[
         "score": experiment.score,  # metrics scored again from test.predictions
         "variants": experiment.variants,  # each: every test line against its own reference
         "unscored": unscored,  # cells that could not be: counted without those metrics
-        "training_seconds": seconds,  # of each finished cell, over all its sessions
-        "cpu_seconds": cpu,  # the same cells' CPU seconds in them, where counted
-        "machines": machines,  # what trained each, where its train.json says
+        "training_seconds": each("training_seconds"),  # of each finished cell, all sessions
+        "cpu_seconds": each("cpu_seconds"),  # the same cells' CPU seconds, where counted
+        "machines": each("machine"),  # what trained each, where its train.json says
         # finished at a training limit, not by early stopping: maybe short of convergence
         "at_limit": {
             cell: stop for cell, stop in stops.items() if stop.startswith(defaults.STOP_AT_LIMIT)
