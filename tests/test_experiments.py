@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from transduce.errors import TransduceError
 from transduce.experiments import report, runner, spec
 
 from .conftest import none_left_within, transduce_env
@@ -968,6 +969,16 @@ def test_the_report_has_a_row_per_ensemble_and_reads_the_results_alone(ensembled
     )
     text = report.markdown(full)
     assert "| lstm (ensemble of 2) | average |" in text and "2 of 2 ensembles decoded" in text
+    # what the ensemble adds, over the datasets: no baseline needed
+    for paired in full["paired"]:
+        assert (paired["a"], paired["b"], paired["n"]) == ("lstm (ensemble of 2)", "lstm", 2)
+        gains = [
+            rows[("lstm (ensemble of 2)", d, paired["metric"])]["mean"]
+            - rows[("lstm", d, paired["metric"])]["mean"]
+            for d in ("copy", "reverse")
+        ]
+        assert paired["difference"] == pytest.approx(statistics.fmean(gains))
+    assert [p["metric"] for p in full["paired"]] == ["acc", "per"]
     # without ensembles/: the runs' table, the ensembles named as not decoded
     import shutil
 
@@ -1780,6 +1791,57 @@ def test_each_system_against_the_baseline_by_welchs_t_test(tmp_path):
     assert all(r["against_baseline"] is None for r in plain["rows"])
     assert "vs add" not in report.markdown(plain) and "Welch" not in report.markdown(plain)
     assert "against_baseline" not in report.csv_text(plain)
+
+
+def test_systems_are_compared_over_the_datasets_by_the_paired_t_test(tmp_path, run):
+    """With a baseline (the file's, or `--baseline`), each other system's per-dataset means
+    against the baseline's by the paired t-test, on the datasets where both have every
+    seed. Hand values: conv - add on a, b, c is 1, 0.5, 2 (each a mean of 2 seeds), so t =
+    sqrt 7 with df = 2 and p = 1 - sqrt(7) / 3; dataset d, where conv has 1 of its 2 seeds,
+    is left out."""
+    means = {
+        ("add", "a"): 70.0, ("add", "b"): 80.0, ("add", "c"): 62.0, ("add", "d"): 50.0,
+        ("conv", "a"): 71.0, ("conv", "b"): 80.5, ("conv", "c"): 64.0, ("conv", "d"): 90.0,
+    }  # fmt: skip
+    datasets = ["a", "b", "c", "d"]
+    cells = [
+        spec.Cell(system, dataset, seed, "", ())
+        for system in ("add", "conv")
+        for dataset in datasets
+        for seed in (1, 2)
+    ]
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml", cells, ["add", "conv"], datasets, [1, 2], ["acc"]
+    )
+    for (system, dataset), mean in means.items():
+        for seed, spread in ((1, -0.25), (2, 0.25)):
+            if (system, dataset, seed) != ("conv", "d", 2):  # not finished
+                fake_run(tmp_path, f"{system}.{dataset}.seed{seed}", {"acc": mean + spread})
+    assert report.table(experiment, tmp_path)["paired"] == []  # no baseline, no ensembles
+    data = report.table(experiment, tmp_path, baseline="add")
+    assert data["baseline"] == "add"
+    [paired] = data["paired"]
+    assert {k: paired[k] for k in ("metric", "a", "b", "n", "higher", "lower", "df")} == {
+        "metric": "acc", "a": "conv", "b": "add", "n": 3, "higher": 3, "lower": 0, "df": 2
+    }  # fmt: skip
+    assert paired["difference"] == pytest.approx(7 / 6)
+    assert paired["t"] == pytest.approx(7**0.5) and paired["p"] == pytest.approx(1 - 7**0.5 / 3)
+    text = report.markdown(data)
+    assert (
+        "Paired over the datasets (paired t-test over the datasets, two-sided; each dataset's "
+        "mean over its seeds, on the datasets where both rows have every seed):\n\n"
+        "- acc, conv minus add: +1.17 on 3 datasets (higher on 3, lower on 0); t = 2.65, "
+        "df = 2, p = 0.1181\n"
+    ) in text
+    reverse = report.table(experiment, tmp_path, baseline="conv")["paired"]
+    assert [(c["a"], c["b"], c["lower"]) for c in reverse] == [("add", "conv", 3)]
+    with pytest.raises(TransduceError, match=r"--baseline: 'lstm' is not a system of .*e\.yaml"):
+        report.table(experiment, tmp_path, baseline="lstm")
+    runner.write_state(tmp_path, runner.state(experiment, tmp_path, []))
+    result = run("experiment", "report", tmp_path, "--baseline", "lstm")
+    one_line_error(result, "--baseline: 'lstm' is not a system of")
+    result = run("experiment", "report", tmp_path, "--baseline", "add")
+    assert result.exit_code == 0 and "- acc, conv minus add: +1.17 on 3 datasets" in result.stderr
 
 
 def test_the_baseline_is_a_system_of_the_experiment(grid, tmp_path):

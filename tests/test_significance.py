@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from transduce.experiments.significance import incomplete_beta, t_two_sided, welch
+from transduce.experiments.significance import incomplete_beta, paired, t_two_sided, welch
 
 
 @pytest.mark.parametrize("x", [0.0, 0.01, 0.3, 0.5, 0.77, 0.999, 1.0])
@@ -107,3 +107,38 @@ def test_welch_is_undefined_with_one_seed_or_no_variance():
     assert welch([1.0], [1.0, 2.0]) is None
     assert welch([1.0, 2.0], []) is None
     assert welch([3.0, 3.0], [4.0, 4.0, 4.0]) is None  # the standard error is 0
+
+
+def test_the_paired_t_test_by_hand():
+    """d = 1, 0.5, 2: mean 7/6, s_d^2 = 7/12, so t = (7/6) / sqrt(7/36) = sqrt 7 with df = 2,
+    whose two-sided p has the closed form 1 - t / sqrt(2 + t^2) = 1 - sqrt(7) / 3."""
+    r = paired([71.0, 80.5, 64.0], [70.0, 80.0, 62.0])
+    assert (r.n, r.higher, r.lower, r.df) == (3, 3, 0, 2)
+    assert r.difference == pytest.approx(7 / 6)
+    assert r.t == pytest.approx(math.sqrt(7)) and r.p == pytest.approx(1 - math.sqrt(7) / 3)
+    swapped = paired([70.0, 80.0, 62.0], [71.0, 80.5, 64.0])  # the other way round
+    assert (swapped.higher, swapped.lower) == (0, 3)
+    assert swapped.t == pytest.approx(-math.sqrt(7)) and swapped.p == pytest.approx(r.p)
+
+
+def test_the_paired_t_test_against_students_sleep_data():
+    """Cushny & Peebles' two hypnotics on 10 patients (Student 1908; R's `sleep` data):
+    t.test(extra ~ group, paired = TRUE) prints t = -4.0621, df = 9, p-value = 0.002833."""
+    first = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0]
+    second = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
+    r = paired(first, second)
+    assert r.t == pytest.approx(-4.0621, abs=5e-5) and r.df == 9
+    assert r.p == pytest.approx(0.002833, abs=5e-7)
+    assert r.difference == pytest.approx(-1.58) and (r.higher, r.lower) == (0, 9)  # one tie
+
+
+def test_the_paired_t_test_where_it_is_undefined():
+    """One pair, or every difference the same: the difference and the signs, no test; no
+    pairs: None; unequal lengths: an error."""
+    one = paired([5.0], [3.0])
+    assert (one.n, one.difference, one.higher, one.t, one.df, one.p) == (1, 2.0, 1, *[None] * 3)
+    same = paired([5.0, 6.0, 7.0], [4.0, 5.0, 6.0])
+    assert same.difference == pytest.approx(1.0) and same.t is None and same.p is None
+    assert paired([], []) is None
+    with pytest.raises(ValueError):
+        paired([1.0, 2.0], [1.0])

@@ -227,6 +227,16 @@ def report_command(
             "published numbers).",
         ),
     ] = False,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SYSTEM",
+            help="Compare every other system with this one (instead of the experiment "
+            "file's baseline): per dataset by Welch's t-test over the seeds, and over the "
+            "datasets by the paired t-test.",
+            show_default=False,
+        ),
+    ] = None,
     verbosity: Verbosity = None,
 ) -> None:
     """The table of an experiment: mean ± std over seeds beside the published numbers."""
@@ -241,7 +251,7 @@ def report_command(
     if plot is not None:
         report.plot_format(plot)
     loaded = runner.read_state(directory)
-    data = report.table(loaded, directory, "dev" if dev else "test")
+    data = report.table(loaded, directory, "dev" if dev else "test", baseline)
     text = report.markdown(data)
     ui.stderr.print(text, markup=False, highlight=False)
     if markdown is not None:

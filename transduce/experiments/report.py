@@ -23,6 +23,10 @@ With a baseline system (`baseline:` of the experiment file), every other system'
 two-sided p-value of Welch's t-test over the seeds (`experiments.significance`: unequal
 variances, Welch-Satterthwaite degrees of freedom; None with fewer than 2 seeds on either
 side, or no variance on both); the ensembles' rows (one number each) are not compared.
+Over the datasets (`paired_over_datasets`), the paired t-test compares two rows' per-dataset
+means on the datasets both have: each ensemble against its own runs (what ensembling adds),
+and, with a baseline, each other system and each ensemble against the baseline's runs.
+`experiment report --baseline SYSTEM` names the baseline where the experiment file does not.
 Everything comes from cells.json, the runs' train.json and test.predictions and the
 ensembles' files, so a copy of those alone (`experiments.export`) gives the same table.
 
@@ -262,10 +266,24 @@ def ensemble_scores(
     return found
 
 
-def table(experiment: Experiment, directory: Path, split: str = "test") -> dict[str, Any]:
+def table(
+    experiment: Experiment, directory: Path, split: str = "test", baseline: str | None = None
+) -> dict[str, Any]:
     """The rows of the report, as plain data (what --json writes). `split="dev"`: each
     cell's best validation instead of its test scores, each ensemble's dev scores, and no
-    references or published numbers (those are test numbers)."""
+    references or published numbers (those are test numbers). `baseline`: a system of the
+    experiment to compare the others with, instead of the experiment file's.
+
+    Raises:
+        TransduceError: `baseline` is not a system of the experiment.
+    """
+    if baseline is not None:
+        if baseline not in experiment.systems:
+            raise TransduceError(
+                f"--baseline: {baseline!r} is not a system of {experiment.path} "
+                f"(valid: {', '.join(experiment.systems)})"
+            )
+        experiment = dataclasses.replace(experiment, baseline=baseline)
     reports: dict[str, RunReport] = {}
     unscored: dict[str, str] = {}
     found, missing = scores(experiment, directory, reports, unscored, split)
@@ -339,6 +357,7 @@ def table(experiment: Experiment, directory: Path, split: str = "test") -> dict[
         "significance": significance.TEST if experiment.baseline else None,
         "cells_done": len(found),
         "cells": len(experiment.cells),
+        "seeds": len(experiment.seeds),
         "not_done": missing,
         "ensembles": len(ensembles.groups(experiment)),
         "ensembles_done": len(combined),
@@ -359,8 +378,44 @@ def table(experiment: Experiment, directory: Path, split: str = "test") -> dict[
         row["against_baseline"] = against
     # metric: system: reference: datasets where the system's mean is better, of those compared
     data["against_references"] = against_references(data)
+    data["paired"] = paired_over_datasets(
+        data, {g.label: g.system for g in ensembles.groups(experiment)}
+    )
     data["search"] = ranking(experiment, directory)
     return data
+
+
+def paired_over_datasets(data: dict[str, Any], ensemble_of: dict[str, str]) -> list[dict[str, Any]]:
+    """Per metric, two rows' per-dataset means compared by the paired t-test
+    (`significance.paired`) on the datasets where both rows are complete (every seed of
+    the experiment; an ensemble: decoded): each ensemble
+    (`ensemble_of`: its label, its system) against its own system's runs, and with a
+    baseline, each other system and each ensemble against the baseline's runs. Each:
+    {"metric", "a", "b", "n", "difference" (mean of a - b), "higher", "lower" (datasets),
+    "t", "df", "p"} (the test's numbers None where it is undefined); pairs with no dataset
+    in common are left out."""
+    baseline = data.get("baseline")
+    systems = list(dict.fromkeys(r["system"] for r in data["rows"] if r["ensemble"] is None))
+    pairs = [(label, system) for label, system in ensemble_of.items()]
+    if baseline is not None:
+        pairs = (
+            [(s, baseline) for s in systems if s != baseline]
+            + pairs
+            + [(label, baseline) for label, system in ensemble_of.items() if system != baseline]
+        )
+    out = []
+    for metric in data["metrics"]:
+        means: dict[str, dict[str, float]] = {}
+        for r in data["rows"]:
+            complete = r["n"] == (1 if r["ensemble"] is not None else data["seeds"])
+            if r["metric"] == metric and r["dataset"] not in (None, AVERAGE) and complete:
+                means.setdefault(r["system"], {})[r["dataset"]] = r["mean"]
+        for a, b in pairs:
+            both = [d for d in means.get(a, {}) if d in means.get(b, {})]
+            test = significance.paired([means[a][d] for d in both], [means[b][d] for d in both])
+            if test is not None:
+                out.append({"metric": metric, "a": a, "b": b, **dataclasses.asdict(test)})
+    return out
 
 
 def ranking(experiment: Experiment, directory: Path) -> dict[str, Any]:
@@ -625,6 +680,7 @@ def markdown(data: dict[str, Any]) -> str:
     if data["not_done"]:
         done += "; not finished: " + ", ".join(data["not_done"])
     out.append(done)
+    out += _paired_lines(data)
     if data.get("ensembles"):
         if data.get("split") == "dev":
             line = f"{data['ensembles_done']} of {data['ensembles']} ensembles scored on dev"
@@ -675,6 +731,32 @@ def markdown(data: dict[str, Any]) -> str:
             + ", ".join(f"{cell} ({stop})" for cell, stop in data["at_limit"].items())
         )
     return "\n".join(out) + "\n"
+
+
+def _paired_lines(data: dict[str, Any]) -> list[str]:
+    """The paired comparisons over the datasets (`paired_over_datasets`), a line each."""
+    lines = []
+    for c in data.get("paired") or []:
+        scale = abs(c["difference"]) or 1.0
+        test = (
+            "no test (fewer than 2 datasets, or every difference the same)"
+            if c["p"] is None
+            else f"t = {c['t']:.2f}, df = {c['df']}, p "
+            + ("< 0.0001" if c["p"] < 0.0001 else f"= {c['p']:.4f}")
+        )
+        lines.append(
+            f"- {c['metric']}, {c['a']} minus {c['b']}: {'+' if c['difference'] > 0 else ''}"
+            f"{_number(c['difference'], scale)} on {c['n']} dataset{'s' if c['n'] != 1 else ''} "
+            f"(higher on {c['higher']}, lower on {c['lower']}); {test}"
+        )
+    if not lines:
+        return []
+    return [
+        f"Paired over the datasets ({significance.PAIRED_TEST}; each dataset's mean over its "
+        "seeds, on the datasets where both rows have every seed):\n",
+        *lines,
+        "",
+    ]
 
 
 def _per_system(timed: dict[str, float]) -> str:
