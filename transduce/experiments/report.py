@@ -674,13 +674,13 @@ def markdown(data: dict[str, Any]) -> str:
         if lines:  # only where a reference has numbers for this metric
             better = "higher" if _higher(metric) else "lower"
             out += [f"Datasets where the mean is better ({better} {metric}):\n", *lines, ""]
+    out += _paired_lines(data)
     for base, search in (data.get("search") or {}).items():
         out.append(_search_table(base, search))
     done = f"{data['cells_done']} of {data['cells']} cells finished"
     if data["not_done"]:
         done += "; not finished: " + ", ".join(data["not_done"])
     out.append(done)
-    out += _paired_lines(data)
     if data.get("ensembles"):
         if data.get("split") == "dev":
             line = f"{data['ensembles_done']} of {data['ensembles']} ensembles scored on dev"
