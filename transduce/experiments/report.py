@@ -388,9 +388,9 @@ def table(
 def paired_over_datasets(data: dict[str, Any], ensemble_of: dict[str, str]) -> list[dict[str, Any]]:
     """Per metric, two rows' per-dataset means compared by the paired t-test
     (`significance.paired`) on the datasets where both rows are complete (every seed of
-    the experiment; an ensemble: decoded): each ensemble
-    (`ensemble_of`: its label, its system) against its own system's runs, and with a
-    baseline, each other system and each ensemble against the baseline's runs. Each:
+    the experiment; an ensemble: decoded): each ensemble (`ensemble_of`: its label, its
+    system) against its own system's runs, and with a baseline, each other system and each
+    ensemble against the baseline's runs. Each:
     {"metric", "a", "b", "n", "difference" (mean of a - b), "higher", "lower" (datasets),
     "t", "df", "p"} (the test's numbers None where it is undefined); pairs with no dataset
     in common are left out."""
