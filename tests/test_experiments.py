@@ -3,6 +3,7 @@ tables (`transduce experiment report`), and bad experiment files refused before 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -1828,20 +1829,54 @@ def test_systems_are_compared_over_the_datasets_by_the_paired_t_test(tmp_path, r
     assert paired["t"] == pytest.approx(7**0.5) and paired["p"] == pytest.approx(1 - 7**0.5 / 3)
     text = report.markdown(data)
     assert (
-        "Paired over the datasets (paired t-test over the datasets, two-sided; each dataset's "
-        "mean over its seeds, on the datasets where both rows have every seed):\n\n"
+        "Paired over the datasets (paired t-test, two-sided; a run row's number on a dataset "
+        "is its mean over the seeds, an ensemble's its one score; only the datasets where "
+        "both rows have every seed; higher and lower: the sign of the difference, whichever "
+        "direction is better; p not corrected for the number of pairs):\n\n"
         "- acc, conv minus add: +1.17 on 3 datasets (higher on 3, lower on 0); t = 2.65, "
         "df = 2, p = 0.1181\n"
     ) in text
-    reverse = report.table(experiment, tmp_path, baseline="conv")["paired"]
+    # --baseline overrides the file's
+    named = dataclasses.replace(experiment, baseline="add")
+    reverse = report.table(named, tmp_path, baseline="conv")["paired"]
     assert [(c["a"], c["b"], c["lower"]) for c in reverse] == [("add", "conv", 3)]
-    with pytest.raises(TransduceError, match=r"--baseline: 'lstm' is not a system of .*e\.yaml"):
+    with pytest.raises(TransduceError, match=r"--baseline: 'lstm' is not a system of the "):
         report.table(experiment, tmp_path, baseline="lstm")
     runner.write_state(tmp_path, runner.state(experiment, tmp_path, []))
     result = run("experiment", "report", tmp_path, "--baseline", "lstm")
     one_line_error(result, "--baseline: 'lstm' is not a system of")
     result = run("experiment", "report", tmp_path, "--baseline", "add")
     assert result.exit_code == 0 and "- acc, conv minus add: +1.17 on 3 datasets" in result.stderr
+
+
+def test_ensembles_are_compared_with_the_baselines_ensemble_where_it_has_one():
+    """With a baseline that has an ensemble, another system's ensemble is paired with it
+    (the same kind of model on both sides), not with the baseline's runs; the systems'
+    runs with the baseline's runs, and each ensemble with its own runs."""
+    rows = []
+    numbers = {
+        "a": [70.0, 80.0, 62.0], "a (ensemble of 2)": [72.0, 81.0, 63.0],
+        "b": [71.0, 80.5, 64.0], "b (ensemble of 2)": [74.0, 83.0, 66.5],
+    }  # fmt: skip
+    for system, values in numbers.items():
+        ensemble = 2 if "ensemble" in system else None
+        for dataset, value in zip(("x", "y", "z"), values):
+            rows.append(
+                {"system": system, "dataset": dataset, "metric": "acc", "ensemble": ensemble,
+                 "n": 1 if ensemble else 2, "mean": value}
+            )  # fmt: skip
+    data = {"rows": rows, "metrics": ["acc"], "seeds": 2, "baseline": "a"}
+    ensemble_of = {"a (ensemble of 2)": "a", "b (ensemble of 2)": "b"}
+    paired = report.paired_over_datasets(data, ensemble_of)
+    assert [(c["a"], c["b"]) for c in paired] == [
+        ("b", "a"),
+        ("a (ensemble of 2)", "a"),
+        ("b (ensemble of 2)", "b"),
+        ("b (ensemble of 2)", "a (ensemble of 2)"),
+    ]
+    assert paired[-1]["difference"] == pytest.approx((2 + 2 + 3.5) / 3)
+    without = report.paired_over_datasets(data, {"b (ensemble of 2)": "b"})  # a has none
+    assert [(c["a"], c["b"]) for c in without][-1] == ("b (ensemble of 2)", "a")
 
 
 def test_the_baseline_is_a_system_of_the_experiment(grid, tmp_path):

@@ -140,5 +140,9 @@ def test_the_paired_t_test_where_it_is_undefined():
     same = paired([5.0, 6.0, 7.0], [4.0, 5.0, 6.0])
     assert same.difference == pytest.approx(1.0) and same.t is None and same.p is None
     assert paired([], []) is None
+    # differences equal up to rounding (1.0 from means of three seeds): no test, not p = 1e-30
+    rounded = paired([70.43333333333334, 80.1, 64.36666666666667],
+                     [69.43333333333334, 79.1, 63.36666666666667])  # fmt: skip
+    assert rounded.difference == pytest.approx(1.0) and rounded.t is None and rounded.p is None
     with pytest.raises(ValueError):
         paired([1.0, 2.0], [1.0])

@@ -24,9 +24,10 @@ two-sided p-value of Welch's t-test over the seeds (`experiments.significance`: 
 variances, Welch-Satterthwaite degrees of freedom; None with fewer than 2 seeds on either
 side, or no variance on both); the ensembles' rows (one number each) are not compared.
 Over the datasets (`paired_over_datasets`), the paired t-test compares two rows' per-dataset
-means on the datasets both have: each ensemble against its own runs (what ensembling adds),
-and, with a baseline, each other system and each ensemble against the baseline's runs.
-`experiment report --baseline SYSTEM` names the baseline where the experiment file does not.
+means on the datasets where both are complete: each ensemble against its own runs (what
+ensembling adds), and, with a baseline, each other system against the baseline's runs and
+each other ensemble against the baseline's ensemble. `experiment report --baseline SYSTEM`
+names the baseline for one report (instead of the experiment file's, or where it has none).
 Everything comes from cells.json, the runs' train.json and test.predictions and the
 ensembles' files, so a copy of those alone (`experiments.export`) gives the same table.
 
@@ -280,7 +281,7 @@ def table(
     if baseline is not None:
         if baseline not in experiment.systems:
             raise TransduceError(
-                f"--baseline: {baseline!r} is not a system of {experiment.path} "
+                f"--baseline: {baseline!r} is not a system of the experiment in {directory} "
                 f"(valid: {', '.join(experiment.systems)})"
             )
         experiment = dataclasses.replace(experiment, baseline=baseline)
@@ -389,8 +390,9 @@ def paired_over_datasets(data: dict[str, Any], ensemble_of: dict[str, str]) -> l
     """Per metric, two rows' per-dataset means compared by the paired t-test
     (`significance.paired`) on the datasets where both rows are complete (every seed of
     the experiment; an ensemble: decoded): each ensemble (`ensemble_of`: its label, its
-    system) against its own system's runs, and with a baseline, each other system and each
-    ensemble against the baseline's runs. Each:
+    system) against its own system's runs, and with a baseline, each other system against
+    the baseline's runs and each other ensemble against the baseline's ensemble (its runs
+    where it has none). Each:
     {"metric", "a", "b", "n", "difference" (mean of a - b), "higher", "lower" (datasets),
     "t", "df", "p"} (the test's numbers None where it is undefined); pairs with no dataset
     in common are left out."""
@@ -398,10 +400,13 @@ def paired_over_datasets(data: dict[str, Any], ensemble_of: dict[str, str]) -> l
     systems = list(dict.fromkeys(r["system"] for r in data["rows"] if r["ensemble"] is None))
     pairs = [(label, system) for label, system in ensemble_of.items()]
     if baseline is not None:
+        # an ensemble against the baseline's ensemble where it has one (the same kind of
+        # model on both sides), else against the baseline's runs
+        theirs = next((label for label, s in ensemble_of.items() if s == baseline), baseline)
         pairs = (
             [(s, baseline) for s in systems if s != baseline]
             + pairs
-            + [(label, baseline) for label, system in ensemble_of.items() if system != baseline]
+            + [(label, theirs) for label, system in ensemble_of.items() if system != baseline]
         )
     out = []
     for metric in data["metrics"]:
@@ -752,8 +757,10 @@ def _paired_lines(data: dict[str, Any]) -> list[str]:
     if not lines:
         return []
     return [
-        f"Paired over the datasets ({significance.PAIRED_TEST}; each dataset's mean over its "
-        "seeds, on the datasets where both rows have every seed):\n",
+        f"Paired over the datasets ({significance.PAIRED_TEST}; a run row's number on a "
+        "dataset is its mean over the seeds, an ensemble's its one score; only the datasets "
+        "where both rows have every seed; higher and lower: the sign of the difference, "
+        "whichever direction is better; p not corrected for the number of pairs):\n",
         *lines,
         "",
     ]
