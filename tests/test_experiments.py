@@ -1827,14 +1827,16 @@ def test_systems_are_compared_over_the_datasets_by_the_paired_t_test(tmp_path, r
     }  # fmt: skip
     assert paired["difference"] == pytest.approx(7 / 6)
     assert paired["t"] == pytest.approx(7**0.5) and paired["p"] == pytest.approx(1 - 7**0.5 / 3)
+    assert paired["wilcoxon_p"] == pytest.approx(2 / 8)  # all 3 positive: 2 of 8 sign patterns
     text = report.markdown(data)
     assert (
-        "Paired over the datasets (paired t-test, two-sided; a run row's number on a dataset "
-        "is its mean over the seeds, an ensemble's its one score; only the datasets where "
-        "both rows have every seed; higher and lower: the sign of the difference, whichever "
-        "direction is better; p not corrected for the number of pairs):\n\n"
+        "Paired over the datasets (paired t-test, two-sided, and Wilcoxon's signed-rank test, "
+        "exact, two-sided; a run row's number on a dataset is its mean over the seeds, an "
+        "ensemble's its one score; only the datasets where both rows have every seed; higher "
+        "and lower: the sign of the difference, whichever direction is better; p not "
+        "corrected for the number of pairs):\n\n"
         "- acc, conv minus add: +1.17 on 3 datasets (higher on 3, lower on 0); t = 2.65, "
-        "df = 2, p = 0.1181\n"
+        "df = 2, p = 0.1181; Wilcoxon p = 0.2500\n"
     ) in text
     # --baseline overrides the file's
     named = dataclasses.replace(experiment, baseline="add")

@@ -4,10 +4,17 @@ against closed forms, printed tables and hand-computed examples."""
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
-from transduce.experiments.significance import incomplete_beta, paired, t_two_sided, welch
+from transduce.experiments.significance import (
+    incomplete_beta,
+    paired,
+    signed_rank,
+    t_two_sided,
+    welch,
+)
 
 
 @pytest.mark.parametrize("x", [0.0, 0.01, 0.3, 0.5, 0.77, 0.999, 1.0])
@@ -146,3 +153,39 @@ def test_the_paired_t_test_where_it_is_undefined():
     assert rounded.difference == pytest.approx(1.0) and rounded.t is None and rounded.p is None
     with pytest.raises(ValueError):
         paired([1.0, 2.0], [1.0])
+
+
+def test_the_signed_rank_test_against_rs_example():
+    """R's ?wilcox.test (Hollander & Wolfe): the differences' negative ranks are 2 and 3, so
+    W+ = 40 of 45; 10 of the 2^9 sign patterns give W+ >= 40 (those with W- <= 5), so
+    p = 2 * 10 / 512 = 0.0390625 two-sided (R prints 0.01953 one-sided)."""
+    x = [1.83, 0.50, 1.62, 2.48, 1.68, 1.88, 1.55, 3.06, 1.30]
+    y = [0.878, 0.647, 0.598, 2.05, 1.06, 1.29, 1.06, 3.14, 1.29]
+    assert paired(x, y).wilcoxon_p == pytest.approx(20 / 512, abs=1e-15)
+    assert signed_rank([1.0, 2.0, 3.0]) == pytest.approx(2 / 8)  # all positive: 2 of 8 as far
+    assert signed_rank([0.0, 0.0]) is None and signed_rank([]) is None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_signed_rank_test_against_every_sign_pattern(seed):
+    """With ties and zeros: the p of the counting equals the share of the 2^n sign patterns
+    of the (mid)ranks whose W+ is as far from its mean as the observed one."""
+    import itertools
+    import random
+
+    rng = random.Random(seed)
+    d = [rng.choice([-3, -2, -1, 0, 1, 1, 2, 3, 4]) * 0.5 for _ in range(rng.randint(3, 11))]
+    nonzero = [x for x in d if x != 0]
+    if not nonzero:
+        assert signed_rank(d) is None
+        return
+    sizes = sorted(abs(x) for x in nonzero)
+    rank = {v: statistics.fmean(i + 1 for i, s in enumerate(sizes) if s == v) for v in sizes}
+    ranks = [rank[abs(x)] for x in nonzero]
+    mean = sum(ranks) / 2
+    observed = abs(sum(r for r, x in zip(ranks, nonzero) if x > 0) - mean)
+    patterns = list(itertools.product((0, 1), repeat=len(ranks)))
+    as_far = sum(
+        abs(sum(r for r, s in zip(ranks, p) if s) - mean) >= observed - 1e-12 for p in patterns
+    )
+    assert signed_rank(d) == pytest.approx(as_far / len(patterns), abs=1e-15)

@@ -23,11 +23,12 @@ With a baseline system (`baseline:` of the experiment file), every other system'
 two-sided p-value of Welch's t-test over the seeds (`experiments.significance`: unequal
 variances, Welch-Satterthwaite degrees of freedom; None with fewer than 2 seeds on either
 side, or no variance on both); the ensembles' rows (one number each) are not compared.
-Over the datasets (`paired_over_datasets`), the paired t-test compares two rows' per-dataset
-means on the datasets where both are complete: each ensemble against its own runs (what
-ensembling adds), and, with a baseline, each other system against the baseline's runs and
-each other ensemble against the baseline's ensemble. `experiment report --baseline SYSTEM`
-names the baseline for one report (instead of the experiment file's, or where it has none).
+Over the datasets (`paired_over_datasets`), the paired t-test and Wilcoxon's signed-rank
+test compare two rows' per-dataset means on the datasets where both are complete: each
+ensemble against its own runs (what ensembling adds), and, with a baseline, each other
+system against the baseline's runs and each other ensemble against the baseline's
+ensemble. `experiment report --baseline SYSTEM` names the baseline for one report
+(instead of the experiment file's, or where it has none).
 Everything comes from cells.json, the runs' train.json and test.predictions and the
 ensembles' files, so a copy of those alone (`experiments.export`) gives the same table.
 
@@ -740,15 +741,20 @@ def markdown(data: dict[str, Any]) -> str:
 
 def _paired_lines(data: dict[str, Any]) -> list[str]:
     """The paired comparisons over the datasets (`paired_over_datasets`), a line each."""
+
+    def p(value: float) -> str:
+        return "< 0.0001" if value < 0.0001 else f"= {value:.4f}"
+
     lines = []
     for c in data.get("paired") or []:
         scale = abs(c["difference"]) or 1.0
         test = (
-            "no test (fewer than 2 datasets, or every difference the same)"
+            "no t-test (fewer than 2 datasets, or every difference the same)"
             if c["p"] is None
-            else f"t = {c['t']:.2f}, df = {c['df']}, p "
-            + ("< 0.0001" if c["p"] < 0.0001 else f"= {c['p']:.4f}")
+            else f"t = {c['t']:.2f}, df = {c['df']}, p {p(c['p'])}"
         )
+        if c.get("wilcoxon_p") is not None:
+            test += f"; Wilcoxon p {p(c['wilcoxon_p'])}"
         lines.append(
             f"- {c['metric']}, {c['a']} minus {c['b']}: {'+' if c['difference'] > 0 else ''}"
             f"{_number(c['difference'], scale)} on {c['n']} dataset{'s' if c['n'] != 1 else ''} "
@@ -757,7 +763,8 @@ def _paired_lines(data: dict[str, Any]) -> list[str]:
     if not lines:
         return []
     return [
-        f"Paired over the datasets ({significance.PAIRED_TEST}; a run row's number on a "
+        f"Paired over the datasets ({significance.PAIRED_TEST}, and Wilcoxon's signed-rank "
+        "test, exact, two-sided; a run row's number on a "
         "dataset is its mean over the seeds, an ensemble's its one score; only the datasets "
         "where both rows have every seed; higher and lower: the sign of the difference, "
         "whichever direction is better; p not corrected for the number of pairs):\n",
