@@ -223,8 +223,9 @@ def paired(a: Sequence[float], b: Sequence[float]) -> Paired | None:
     mean = statistics.fmean(d)
     higher, lower = sum(x > 0 for x in d), sum(x < 0 for x in d)
     ranks = signed_rank(d)
-    if len(d) < 2 or statistics.variance(d) <= (1e-9 * scale) ** 2:
+    variance = statistics.variance(d) if len(d) > 1 else 0.0  # rounded: equal ones give 0
+    if variance == 0:
         return Paired(len(d), mean, higher, lower, None, None, None, ranks)
-    t = mean / math.sqrt(statistics.variance(d) / len(d))
+    t = mean / math.sqrt(variance / len(d))
     df = len(d) - 1
     return Paired(len(d), mean, higher, lower, t, df, t_two_sided(t, df), ranks)
