@@ -550,6 +550,38 @@ def test_an_error_raised_while_a_ctrl_c_was_handled_counts_as_the_ctrl_c():
         assert not interrupted(error)
 
 
+def test_a_ctrl_c_that_cuts_an_import_short_still_exits_130(toy, tmp_path: Path, run, monkeypatch):
+    """CI's failure: the second Ctrl-C fell inside an import, while Python's import machinery
+    was handling the FileNotFoundError of a missing sys.path entry (python311.zip). The
+    exit that followed (click's Exit, a RuntimeError) was taken for a failed file operation
+    and became "error: .../python311.zip: No such file or directory", exit 2."""
+    import transduce.training
+
+    class CutShort:
+        def __init__(self, *args, **kwargs) -> None:
+            self.notes: list[str] = []
+
+        def run(self) -> None:
+            try:
+                raise FileNotFoundError(2, "No such file or directory", "/lib/python311.zip")
+            except FileNotFoundError:
+                raise KeyboardInterrupt  # as a signal raises it: inside the handler
+
+    monkeypatch.setattr(transduce.training, "Trainer", CutShort)
+    config = write_recipe(tmp_path / "recipe.yaml", toy)
+    result = run("train", "-q", "--config", config, "--out", tmp_path / "run")
+    assert result.exit_code == 130, result.output
+    assert "stopped at once" in result.output and "python311.zip" not in result.output
+    from transduce.errors import chained_os_error
+
+    with pytest.raises(RuntimeError) as caught:
+        try:
+            raise OSError(28, "No space left on device", "x")
+        except OSError:
+            raise RuntimeError("writing the zip failed")  # torch's zip writer: followed
+    assert chained_os_error(caught.value).filename == "x"
+
+
 def _file_size_limit(limit: int):
     """For `preexec_fn`: files this process writes stop at `limit` bytes (EFBIG, as a full
     disk stops them with ENOSPC), the signal that would kill it ignored."""

@@ -135,12 +135,16 @@ def interrupted(error: BaseException) -> bool:
 
 def chained_os_error(error: BaseException) -> OSError | None:
     """The `OSError` that `error` is, or was raised from or while handling (torch's zip
-    writer turns a full disk into a RuntimeError whose cause is the OSError); None if none."""
+    writer turns a full disk into a RuntimeError whose cause is the OSError); None if none.
+    A context dropped on purpose (`raise ... from None`) is not followed: the OSError that
+    Python's import machinery was handling when a Ctrl-C cut an import short is no cause."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         if isinstance(current, OSError):
             return current
         seen.add(id(current))
-        current = current.__cause__ or current.__context__
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
     return None

@@ -70,6 +70,8 @@ class _Group(TyperGroup):
             result = super().invoke(ctx)
             _flush_stdout()
             return result
+        except typer.Exit:  # click's Exit is a RuntimeError: not one to explain below
+            raise
         except TransduceError as error:
             _settle_stdout()
             ui.error(str(error))
