@@ -565,7 +565,7 @@ def test_a_ctrl_c_that_cuts_an_import_short_still_exits_130(toy, tmp_path: Path,
             try:
                 raise FileNotFoundError(2, "No such file or directory", "/lib/python311.zip")
             except FileNotFoundError:
-                raise KeyboardInterrupt  # as a signal raises it: inside the handler
+                raise KeyboardInterrupt  # noqa: B904 (a signal raises it so: context kept)
 
     monkeypatch.setattr(transduce.training, "Trainer", CutShort)
     config = write_recipe(tmp_path / "recipe.yaml", toy)
@@ -578,7 +578,7 @@ def test_a_ctrl_c_that_cuts_an_import_short_still_exits_130(toy, tmp_path: Path,
         try:
             raise OSError(28, "No space left on device", "x")
         except OSError:
-            raise RuntimeError("writing the zip failed")  # torch's zip writer: followed
+            raise RuntimeError("writing the zip failed")  # noqa: B904 (the context is the point)
     assert chained_os_error(caught.value).filename == "x"
 
 
