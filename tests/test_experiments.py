@@ -516,7 +516,10 @@ def test_plot_refusals_write_nothing(grid, tmp_path, run, monkeypatch):
         ({"ensemble": ["lstm"]}, "ensemble: expected {systems: [NAME, ...], mean: ...}"),
         ({"ensemble": {"systems": ["nope"]}}, "ensemble.systems: 'nope' is not a system of"),
         ({"ensemble": {"mean": "median"}}, "ensemble.mean: 'median': one of probability, log-"),
-        ({"ensemble": {"members": 3}}, "ensemble.members: unknown key (valid: mean, systems)"),
+        (
+            {"ensemble": {"members": 3}},
+            "ensemble.members: unknown key (valid: mean, systems, tie_break_rules)",
+        ),
         ({"references": {"lstm": {}}}, "references.lstm: a system of this experiment (give"),
         ({"references": {"b": {"german": {"acc": 1}}}}, "references.b.german: not a dataset"),
         ({"references": {"b": {"average": {"acc": 1}}}}, "references.b.average: the average"),

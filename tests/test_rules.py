@@ -186,3 +186,143 @@ def test_the_tie_break_refuses_what_it_cannot_do(run, models, tmp_path: Path):
     result = run("decode", a, b, words, "--tie-break-rules", bad)
     assert result.exit_code == 2 and f"{bad}:2: expected lemma<TAB>form<TAB>tags" in result.stderr
     assert result.stdout == ""
+
+
+# ------------------------------------------------------------- in an experiment file
+
+
+def test_an_experiment_decodes_each_ensemble_also_tie_broken(tmp_path: Path):
+    """`ensemble: {tie_break_rules: true}`: beside SYSTEM.DATASET, SYSTEM.DATASET.tie-break
+    whose test.predictions is the tie-break of the members' and the ensemble's own
+    test.predictions with rules learned from the raw training file, scored as a run scores
+    its test split, with its own row in the report."""
+    import subprocess
+    import sys
+
+    from transduce.experiments import ensembles, report, runner
+
+    from .conftest import transduce_env
+
+    rng = random.Random(1)
+    lemmas = sorted(
+        {"".join(rng.choice("abcdefg") for _ in range(rng.randint(2, 5))) for _ in range(150)}
+    )
+    lines = [f"{w}\t{w}{SUFFIX[t]}\tV;{t}\n" for w in lemmas for t in SUFFIX]
+    rng.shuffle(lines)
+    # each test line with a tag of its own (<unk> to the models): a bundle of its own
+    test_lines = [f"{line.rstrip()};L{i}\n" for i, line in enumerate(lines[480:560])]
+    files = {"train": lines[:400], "dev": lines[400:480], "test": test_lines}
+    for name, part in files.items():
+        (tmp_path / name).write_text("".join(part), encoding="utf-8")
+    settings = recipe(tmp_path / "unused", TINY_LSTM, max_updates=30, validate_every=15)
+    settings["data"] = {
+        "format": "sigmorphon",
+        **{name: [str(tmp_path / name)] for name in files},
+    }
+    (tmp_path / "lstm.yaml").write_text(yaml.safe_dump(settings), encoding="utf-8")
+    experiment = {
+        "systems": {"lstm": {"recipe": "lstm.yaml"}},
+        "seeds": [1, 2],
+        "metrics": ["acc"],
+        "ensemble": {"systems": "all", "tie_break_rules": True},
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(experiment, sort_keys=False), encoding="utf-8")
+    out = tmp_path / "out"
+    ran = subprocess.run(
+        [sys.executable, "-m", "transduce", "experiment", "run", str(path), "--out", str(out)],
+        capture_output=True, text=True, env=transduce_env(), cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    test = [line.rstrip("\n").split("\t") for line in files["test"]]
+    seeds = [(out / f"runs/lstm.seed{s}/test.predictions").read_text().splitlines() for s in (1, 2)]
+    plain = (out / "ensembles/lstm/test.predictions").read_text().splitlines()
+    rules = SuffixRules.from_file(tmp_path / "train")
+    want = [
+        tie_break([s[i] for s in seeds], plain[i], rules(lemma, tags))
+        for i, (lemma, _, tags) in enumerate(test)
+    ]
+    folder = out / "ensembles/lstm.tie-break"
+    assert (folder / "test.predictions").read_text().splitlines() == want
+    record = json.loads((folder / "ensemble.json").read_text())
+    accuracy = 100 * sum(w == form for w, (_, form, _) in zip(want, test, strict=True)) / len(test)
+    assert record["test"]["acc"] == pytest.approx(accuracy)
+    changed = sum(w != p for w, p in zip(want, plain, strict=True))
+    assert record["tie_break_rules"] == {
+        "train": [str(tmp_path / "train")],
+        "changed": {"test": changed, "dev": record["tie_break_rules"]["changed"]["dev"]},
+    }
+    states = json.loads((out / "cells.json").read_text())["ensembles"]
+    assert [(s["id"], s["status"]) for s in states] == [
+        ("lstm", "done"),
+        ("lstm.tie-break", "done"),
+    ]
+    rows = report.table(runner.read_state(out), out)["rows"]
+    labels = [r["system"] for r in rows]
+    assert labels == ["lstm", "lstm (ensemble of 2)", "lstm (ensemble of 2, rule tie-break)"]
+    assert rows[-1]["mean"] == pytest.approx(accuracy)
+    # rules made to write, on each test line where the seeds disagree, the seed's output
+    # that is not the ensemble's (a pair alone in its bundle gives its form back; each test
+    # line has a bundle of its own, "L<i>"): decoded again, every such line changes
+    disagree = [i for i in range(len(test)) if seeds[0][i] != seeds[1][i]]
+    assert len(disagree) >= 2, "two models of 30 updates agreed on nearly every test line"
+    crafted = []
+    for i in disagree:
+        lemma, _, tags = test[i]
+        other = seeds[0][i] if seeds[1][i] == plain[i] else seeds[1][i]
+        crafted.append(f"{lemma}\t{other}\t{tags}\n")
+    with open(tmp_path / "train", "a", encoding="utf-8") as train:
+        train.write("".join(crafted))
+    group = ensembles.Group("lstm", None, ("lstm.seed1", "lstm.seed2"), "probability", True)
+    record = ensembles.build(out, group)
+    assert record["tie_break_rules"]["changed"]["test"] == len(disagree)
+    again = (folder / "test.predictions").read_text().splitlines()
+    assert [i for i in range(len(test)) if again[i] != plain[i]] == disagree
+
+
+def test_a_tie_broken_ensemble_is_paired_with_its_plain_one_and_the_baselines_of_its_kind():
+    from transduce.experiments import report
+
+    rows = []
+    numbers = {
+        "a": [70.0, 80.0, 62.0], "a (e)": [72.0, 81.0, 63.0], "a (e, t)": [73.0, 81.0, 65.0],
+        "b": [71.0, 80.5, 64.0], "b (e)": [74.0, 83.0, 66.5], "b (e, t)": [75.0, 84.0, 66.0],
+    }  # fmt: skip
+    for system, values in numbers.items():
+        ensemble = 2 if "(" in system else None
+        for dataset, value in zip(("x", "y", "z"), values, strict=True):
+            rows.append(
+                {"system": system, "dataset": dataset, "metric": "acc", "ensemble": ensemble,
+                 "n": 1 if ensemble else 2, "mean": value}
+            )  # fmt: skip
+    data = {"rows": rows, "metrics": ["acc"], "seeds": 2, "baseline": "a"}
+    ensemble_of = {"a (e)": "a", "a (e, t)": "a", "b (e)": "b", "b (e, t)": "b"}
+    paired = report.paired_over_datasets(
+        data, ensemble_of, {"a (e, t)": "a (e)", "b (e, t)": "b (e)"}
+    )
+    assert [(c["a"], c["b"]) for c in paired] == [
+        ("b", "a"),
+        ("a (e)", "a"),
+        ("a (e, t)", "a"),
+        ("b (e)", "b"),
+        ("b (e, t)", "b"),
+        ("a (e, t)", "a (e)"),
+        ("b (e, t)", "b (e)"),
+        ("b (e)", "a (e)"),
+        ("b (e, t)", "a (e, t)"),
+    ]
+    assert paired[5]["difference"] == pytest.approx((1 + 0 + 2) / 3)
+
+
+def test_tie_break_rules_in_an_experiment_file_is_true_or_false(tmp_path: Path):
+    from transduce.errors import ConfigError
+    from transduce.experiments import spec
+
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe(tmp_path, TINY_LSTM)), encoding="utf-8")
+    path = tmp_path / "exp.yaml"
+    base = {"systems": {"lstm": {"recipe": "r.yaml"}}, "seeds": [1, 2]}
+    path.write_text(yaml.safe_dump({**base, "ensemble": {"tie_break_rules": "yes"}}))
+    with pytest.raises(ConfigError, match="ensemble.tie_break_rules: true or false, not 'yes'"):
+        spec.load(path)
+    path.write_text(yaml.safe_dump({**base, "ensemble": {"tie_break_rules": True}}))
+    assert spec.load(path).ensemble.tie_break_rules

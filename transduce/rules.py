@@ -90,24 +90,8 @@ class SuffixRules:
 
     @classmethod
     def from_file(cls, path: str | Path) -> SuffixRules:
-        """Learned from a `lemma<TAB>form<TAB>tags` file (blank lines skipped); a line that
-        is not one is a `DataError` naming the file, the line and its text."""
-        lines, _ = decode_lines(read_bytes(path), path)
-        pairs = []
-        for number, line in enumerate(lines, 1):
-            assert line is not None  # keep_bad=False: a bad line has raised
-            if not line.strip():
-                continue
-            columns = line.split("\t")
-            if len(columns) != 3 or not columns[0].strip() or not columns[1].strip():
-                raise DataError(
-                    "expected lemma<TAB>form<TAB>tags (the training file)", path, number, line
-                )
-            lemma, form, tags = (c.strip() for c in columns)
-            pairs.append((lemma, form, tags))
-        if not pairs:
-            raise DataError("no lemma<TAB>form<TAB>tags lines to learn rules from", path)
-        return cls(pairs)
+        """Learned from a `lemma<TAB>form<TAB>tags` file (`read_pairs`)."""
+        return cls(read_pairs(path))
 
     def __call__(self, lemma: str, tags: str) -> str:
         key = bundle(tags)
@@ -133,6 +117,27 @@ class SuffixRules:
         counts = self.suffix_counts[key]
         left, right = max(votes, key=lambda change: (votes[change], counts[change], change))
         return added + rest[: len(rest) - len(left)] + right
+
+
+def read_pairs(path: str | Path) -> list[tuple[str, str, str]]:
+    """The (lemma, form, tags) of a `lemma<TAB>form<TAB>tags` file (blank lines skipped);
+    a line that is not one is a `DataError` naming the file, the line and its text."""
+    lines, _ = decode_lines(read_bytes(path), path)
+    pairs = []
+    for number, line in enumerate(lines, 1):
+        assert line is not None  # keep_bad=False: a bad line has raised
+        if not line.strip():
+            continue
+        columns = line.split("\t")
+        if len(columns) != 3 or not columns[0].strip() or not columns[1].strip():
+            raise DataError(
+                "expected lemma<TAB>form<TAB>tags (the training file)", path, number, line
+            )
+        lemma, form, tags = (c.strip() for c in columns)
+        pairs.append((lemma, form, tags))
+    if not pairs:
+        raise DataError("no lemma<TAB>form<TAB>tags lines to learn rules from", path)
+    return pairs
 
 
 def tie_break(members: Sequence[str], ensemble: str, rules: str) -> str:

@@ -25,6 +25,13 @@ decodes it again to add the dev scores (`needs_decoding`). Members validated on 
 dev sets (another dev file, or `train.dev_subset` drawn with each run's own seed) make an
 ensemble with `dev` null and the reason in `dev_skipped`. The report reads ensemble.json
 alone.
+
+With `ensemble: {tie_break_rules: true}` each (system, dataset) has a second group,
+EXP_DIR/ensembles/SYSTEM.DATASET.tie-break/: the same members, each also decoded alone, and
+where their outputs differ, the output of suffix rules learned from the members' raw
+training files if one of them wrote it (`transduce.rules`, as `decode --tie-break-rules`);
+scored as above, its ensemble.json also has `tie_break_rules` (the files, and the outputs
+changed on test and dev).
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ from transduce.runs import RunDir, RunReport
 ENSEMBLES, RECORD, PREDICTIONS = "ensembles", "ensemble.json", runs.PREDICTIONS
 SCHEMA = "transduce.experiment-ensemble/1"
 OUT_OF_DATE = "out of date"
+TIE_BREAK = "tie-break"
 NO_DEV = "no dev scores"
 
 
@@ -72,16 +80,19 @@ class Group:
     dataset: str | None
     members: tuple[str, ...]  # cell ids, in the experiment's seed order
     mean: str
+    tie_break: bool = False  # decoded as `decode --tie-break-rules` (`tie_broken`)
 
     @property
     def id(self) -> str:
-        """SYSTEM[.DATASET]: its directory's name under EXP_DIR/ensembles."""
-        return self.system + (f".{self.dataset}" if self.dataset is not None else "")
+        """SYSTEM[.DATASET][.tie-break]: its directory's name under EXP_DIR/ensembles."""
+        dataset = f".{self.dataset}" if self.dataset is not None else ""
+        return self.system + dataset + (f".{TIE_BREAK}" if self.tie_break else "")
 
     @property
     def label(self) -> str:
         """Its row's name in the report."""
-        return f"{self.system} (ensemble of {len(self.members)})"
+        rules = ", rule tie-break" if self.tie_break else ""
+        return f"{self.system} (ensemble of {len(self.members)}{rules})"
 
 
 @dataclass
@@ -108,6 +119,8 @@ def groups(experiment: Experiment) -> list[Group]:
             )
             if members:
                 out.append(Group(system, dataset, members, experiment.ensemble.mean))
+                if experiment.ensemble.tie_break_rules:
+                    out.append(Group(system, dataset, members, experiment.ensemble.mean, True))
     return out
 
 
@@ -285,11 +298,14 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
         data = task.load_data(prepared, payloads[0]["vocab"])
         if data.test_eval is None:
             raise TransduceError(f"{prepared}: no test split with references to score")
+        tie_broken = None
+        if group.tie_break:
+            tie_broken = _TieBreak(reports[first], payloads, transducer, task, data)
         with torch.inference_mode():
-            scores, outputs = task.evaluate(transducer.model, data, data.test_eval)
+            scores, outputs = _evaluate(task, transducer, data, data.test_eval, tie_broken)
             dev_scores = None
             if dev_skipped is None:  # as a validation scores it: each distinct source once
-                dev_scores, _ = task.evaluate(transducer.model, data, data.dev_eval)
+                dev_scores, _ = _evaluate(task, transducer, data, data.dev_eval, tie_broken)
         lines = task.test_lines(data, outputs)
     except TransduceError as error:
         raise TransduceError(f"{where}: {error}") from None
@@ -311,6 +327,7 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
         "dev": dev_scores,  # as a run's validation: Task.evaluate on the dev split
         **({"dev_skipped": dev_skipped} if dev_skipped else {}),  # why dev is None
         "decode": dataclasses.asdict(task.evaluation_options()),
+        **({"tie_break_rules": tie_broken.record()} if tie_broken is not None else {}),
         "device": str(transducer.device),
         "bf16": transducer.bf16,
         "seconds": time.perf_counter() - start,
@@ -320,12 +337,84 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
     return result
 
 
+def _evaluate(
+    task: Any, transducer: Any, data: Any, evalset: Any, tie_broken: _TieBreak | None
+) -> tuple[dict[str, float], list[list[str]]]:
+    """The ensemble's scores and output symbols on `evalset`, tie-broken where asked."""
+    if tie_broken is None:
+        return task.evaluate(transducer.model, data, evalset)  # type: ignore[no-any-return]
+    return tie_broken.evaluate(evalset)
+
+
+class _TieBreak:
+    """`decode --tie-break-rules` on an evaluation set: each member's outputs alone, the
+    ensemble's, and suffix rules learned from the members' raw training files
+    (`transduce.rules`), scored as `Task.evaluate` scores."""
+
+    def __init__(
+        self, report: RunReport, payloads: list[Any], transducer: Any, task: Any, data: Any
+    ) -> None:
+        from transduce.inference import Transducer
+        from transduce.rules import SuffixRules, read_pairs
+
+        settings = report.config.get("data") or {}
+        files = settings.get("train") or []
+        if settings.get("format") != "sigmorphon" or not files:
+            raise TransduceError(
+                "tie_break_rules: the members were not trained on sigmorphon files "
+                "(lemma<TAB>form<TAB>tags) whose pairs the rules could learn"
+            )
+        for file in files:
+            if not Path(file).is_file():
+                raise TransduceError(f"tie_break_rules: {file}: the training file is not there")
+        self.files = [str(f) for f in files]
+        self.rules = SuffixRules([pair for file in files for pair in read_pairs(file)])
+        self.members = [Transducer.from_checkpoint(p, transducer.device.type) for p in payloads]
+        self.transducer, self.task, self.data = transducer, task, data
+        self.changed: list[int] = []  # per evaluation set: the outputs not the ensemble's
+
+    def evaluate(self, evalset: Any) -> tuple[dict[str, float], list[list[str]]]:
+        from transduce.rules import tie_break
+        from transduce.special import SEP
+        from transduce.tasks.seq2seq import score_outputs
+
+        task, data = self.task, self.data
+        _, together = task.evaluate(self.transducer.model, data, evalset)
+        alone = [task.evaluate(m.model, data, evalset)[1] for m in self.members]
+        target = data.prepared.sides.target
+        source = data.prepared.sides.source
+        outputs, changed = [], 0
+        for k, symbols in enumerate(evalset.sources):
+            cut = symbols.index(SEP)
+            tags = ";".join(s[1:-1] for s in symbols[:cut])  # "[V]" -> "V"
+            lemma = source.detokenize(symbols[cut + 1 :])
+            texts = [target.detokenize(a[k]) for a in alone]
+            ensemble = target.detokenize(together[k])
+            chosen = tie_break(texts, ensemble, self.rules(lemma, tags))
+            if chosen == ensemble:
+                outputs.append(together[k])
+            else:
+                outputs.append(target.cut(chosen))
+                changed += 1
+        self.changed.append(changed)
+        scores = score_outputs(outputs, evalset.references, target, task.metrics)
+        return scores, outputs
+
+    def record(self) -> dict[str, Any]:
+        """What ensemble.json says of it: the rules' files, and the outputs changed on the
+        test split (and on dev, when it was scored)."""
+        names = ("test", "dev")
+        return {"train": self.files, "changed": dict(zip(names, self.changed, strict=False))}
+
+
 def command(directory: Path, group: Group, threads: int) -> list[str]:
     """The process that decodes one ensemble (`main`)."""
     out = [sys.executable, "-m", "transduce.experiments.ensembles", str(directory.resolve())]
     out += ["--system", group.system, "--mean", group.mean, "--threads", str(threads)]
     if group.dataset is not None:
         out += ["--dataset", group.dataset]
+    if group.tie_break:
+        out += ["--tie-break-rules"]
     return out + list(group.members)
 
 
@@ -443,11 +532,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mean", default="probability")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device")
+    parser.add_argument("--tie-break-rules", action="store_true")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
-    group = Group(args.system, args.dataset, tuple(args.members), args.mean)
+    group = Group(args.system, args.dataset, tuple(args.members), args.mean, args.tie_break_rules)
     try:
         result = build(args.directory, group, args.device)
     except TransduceError as error:

@@ -11,8 +11,9 @@ seeds, as papers that average languages report it. Cells not finished are left o
 listed.
 
 The ensembles of the seeds (`experiments.ensembles`) are rows of their own, `SYSTEM
-(ensemble of K)`: per dataset the score in its ensemble.json (n = 1), and over the datasets
-their mean where every dataset has its ensemble; an ensemble whose members changed since it
+(ensemble of K)` (and `SYSTEM (ensemble of K, rule tie-break)`): per dataset the score in
+its ensemble.json (n = 1), and over the datasets their mean where every dataset has its
+ensemble; an ensemble whose members changed since it
 was decoded is left out and named. With `--dev` (`split="dev"`) the rows are each cell's
 best validation and each ensemble's dev scores (decoded as a validation decodes). The
 references (systems not run here) are a column each beside the mean, their average the
@@ -302,9 +303,9 @@ def table(
         experiment = dataclasses.replace(experiment, published={}, references={})
     metrics = experiment.metrics or sorted({m for s in found.values() for m in s})
     rows: list[Row] = []
-    by_system: dict[str, list[ensembles.Group]] = {}
+    by_system: dict[str, dict[str, list[ensembles.Group]]] = {}  # system: label: groups
     for group in ensembles.groups(experiment):
-        by_system.setdefault(group.system, []).append(group)
+        by_system.setdefault(group.system, {}).setdefault(group.label, []).append(group)
     for system in experiment.systems:
         by_seed: dict[str, dict[int, dict[str | None, float]]] = {m: {} for m in metrics}
         for dataset in experiment.datasets:
@@ -326,7 +327,8 @@ def table(
                     if len(per) == len(experiment.datasets)
                 ]
                 rows.append(Row(system, AVERAGE, metric, complete))
-        rows += _ensemble_rows(by_system.get(system, []), combined, metrics, experiment)
+        for kind in by_system.get(system, {}).values():  # the ensembles, then tie-broken
+            rows += _ensemble_rows(kind, combined, metrics, experiment)
     data: dict[str, Any] = {
         "experiment": str(experiment.path),
         "split": split,
@@ -380,34 +382,59 @@ def table(
         row["against_baseline"] = against
     # metric: system: reference: datasets where the system's mean is better, of those compared
     data["against_references"] = against_references(data)
+    groups = ensembles.groups(experiment)
+    plain = {(g.system, g.dataset): g.label for g in groups if not g.tie_break}
     data["paired"] = paired_over_datasets(
-        data, {g.label: g.system for g in ensembles.groups(experiment)}
+        data,
+        {g.label: g.system for g in groups},
+        {g.label: plain[(g.system, g.dataset)] for g in groups if g.tie_break},
     )
     data["search"] = ranking(experiment, directory)
     return data
 
 
-def paired_over_datasets(data: dict[str, Any], ensemble_of: dict[str, str]) -> list[dict[str, Any]]:
+def paired_over_datasets(
+    data: dict[str, Any],
+    ensemble_of: dict[str, str],
+    tie_broken_of: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """Per metric, two rows' per-dataset means compared by the paired t-test
     (`significance.paired`) on the datasets where both rows are complete (every seed of
     the experiment; an ensemble: decoded): each ensemble (`ensemble_of`: its label, its
-    system) against its own system's runs, and with a baseline, each other system against
-    the baseline's runs and each other ensemble against the baseline's ensemble (its runs
-    where it has none). Each:
+    system) against its own system's runs, each tie-broken ensemble (`tie_broken_of`: its
+    label, the plain ensemble's) against the plain one, and with a baseline, each other
+    system against the baseline's runs and each other ensemble against the baseline's
+    ensemble of the same kind (its runs where it has none). Each:
     {"metric", "a", "b", "n", "difference" (mean of a - b), "higher", "lower" (datasets),
     "t", "df", "p"} (the test's numbers None where it is undefined); pairs with no dataset
     in common are left out."""
     baseline = data.get("baseline")
     systems = list(dict.fromkeys(r["system"] for r in data["rows"] if r["ensemble"] is None))
+    tie_broken_of = tie_broken_of or {}
     pairs = [(label, system) for label, system in ensemble_of.items()]
+    pairs += list(tie_broken_of.items())
     if baseline is not None:
-        # an ensemble against the baseline's ensemble where it has one (the same kind of
-        # model on both sides), else against the baseline's runs
-        theirs = next((label for label, s in ensemble_of.items() if s == baseline), baseline)
+        # an ensemble against the baseline's ensemble of its kind where it has one (the
+        # same kind of model on both sides), else against the baseline's runs
+        def theirs(label: str) -> str:
+            kind = label in tie_broken_of
+            return next(
+                (
+                    other
+                    for other, s in ensemble_of.items()
+                    if s == baseline and (other in tie_broken_of) == kind
+                ),
+                baseline,
+            )
+
         pairs = (
             [(s, baseline) for s in systems if s != baseline]
             + pairs
-            + [(label, theirs) for label, system in ensemble_of.items() if system != baseline]
+            + [
+                (label, theirs(label))
+                for label, system in ensemble_of.items()
+                if system != baseline
+            ]
         )
     out = []
     for metric in data["metrics"]:

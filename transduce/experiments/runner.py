@@ -498,7 +498,11 @@ def read_state(directory: Path) -> Experiment:
             data.get("published") or {},
             score=data.get("score") or {},
             ensemble=(
-                EnsembleSpec(tuple(data["ensemble"]["systems"]), data["ensemble"]["mean"])
+                EnsembleSpec(
+                    tuple(data["ensemble"]["systems"]),
+                    data["ensemble"]["mean"],
+                    bool(data["ensemble"].get("tie_break_rules", False)),  # older: none
+                )
                 if data.get("ensemble")
                 else None
             ),

@@ -128,9 +128,15 @@ class EnsembleSpec:
 
     systems: tuple[str, ...]
     mean: str = "probability"  # transduce.ensemble.MEANS
+    # also each ensemble with `decode --tie-break-rules` (inflection): rows of their own
+    tie_break_rules: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {"systems": list(self.systems), "mean": self.mean}
+        return {
+            "systems": list(self.systems),
+            "mean": self.mean,
+            "tie_break_rules": self.tie_break_rules,
+        }
 
 
 @dataclass
@@ -725,8 +731,9 @@ def _check_baseline(
 def _check_ensemble(
     path: Path, value: Any, systems: list[str], search: dict[str, Any]
 ) -> EnsembleSpec | None:
-    """ensemble: {systems: [NAME, ...] or all, mean: probability or log-probability}; the
-    name of a system with `search:` stands for its trials."""
+    """ensemble: {systems: [NAME, ...] or all, mean: probability or log-probability,
+    tie_break_rules: true or false}; the name of a system with `search:` stands for its
+    trials."""
     from transduce.defaults import ENSEMBLE_MEANS
 
     if value is None:
@@ -735,9 +742,16 @@ def _check_ensemble(
         raise _problem(
             path, "ensemble", f"expected {{systems: [NAME, ...], mean: ...}}, got {value!r}"
         )
-    unknown = set(value) - {"systems", "mean"}
+    unknown = set(value) - {"systems", "mean", "tie_break_rules"}
     if unknown:
-        raise _problem(path, f"ensemble.{sorted(unknown)[0]}", "unknown key (valid: mean, systems)")
+        raise _problem(
+            path,
+            f"ensemble.{sorted(unknown)[0]}",
+            "unknown key (valid: mean, systems, tie_break_rules)",
+        )
+    tie_break = value.get("tie_break_rules", False)
+    if not isinstance(tie_break, bool):
+        raise _problem(path, "ensemble.tie_break_rules", f"true or false, not {tie_break!r}")
     chosen = value.get("systems", "all")
     if chosen == "all":
         chosen = list(systems)
@@ -757,7 +771,7 @@ def _check_ensemble(
     mean = value.get("mean", ENSEMBLE_MEANS[0])
     if mean not in ENSEMBLE_MEANS:
         raise _problem(path, "ensemble.mean", f"{mean!r}: one of {', '.join(ENSEMBLE_MEANS)}")
-    return EnsembleSpec(tuple(dict.fromkeys(chosen)), str(mean))
+    return EnsembleSpec(tuple(dict.fromkeys(chosen)), str(mean), tie_break)
 
 
 def _check_ensemble_model(path: Path, system: str, config: configuration.Config) -> None:
