@@ -80,7 +80,7 @@ class Group:
     dataset: str | None
     members: tuple[str, ...]  # cell ids, in the experiment's seed order
     mean: str
-    tie_break: bool = False  # decoded as `decode --tie-break-rules` (`tie_broken`)
+    tie_break: bool = False  # decoded as `decode --tie-break-rules` decodes an ensemble
 
     @property
     def id(self) -> str:
