@@ -162,6 +162,16 @@ def test_decode_with_the_tie_break_is_the_combination_of_the_models_own_outputs(
     broken = run("decode", a, b, words, "--tie-break-rules", train, "--report", report)
     assert broken.exit_code == 0, broken.output
     assert broken.stdout.splitlines() == expected
+    # in batches of 16 lines (line numbers from the second on), with blank lines between
+    blank = tmp_path / "with-blank-lines"
+    blank.write_text(
+        "".join(f"{line}\n" + ("\n" if i % 7 == 3 else "") for i, line in enumerate(lines))
+    )
+    pieces = run("decode", a, b, blank, "--tie-break-rules", train, "--batch-size", "1")
+    assert pieces.exit_code == 0, pieces.output
+    assert pieces.stdout.splitlines() == [
+        part for i, e in enumerate(expected) for part in ([e, ""] if i % 7 == 3 else [e])
+    ]
     changed = sum(e != t for e, t in zip(expected, together, strict=True))
     assert changed >= 2  # at least two of every three disagreements
     written = json.loads(report.read_text(encoding="utf-8"))
@@ -176,11 +186,20 @@ def test_the_tie_break_refuses_what_it_cannot_do(run, models, tmp_path: Path):
         ("decode", a, words): "give several models (an ensemble)",
         ("decode", a, b, words, "--nbest", "2", "--beam", "2"): "one output per line",
         ("decode", a, b, words, "--input-format", "tsv"): "not --input-format tsv",
+        ("decode", a, b, words, "--scores"): "one output per line",
+        ("decode", a, b, words, "--alignment"): "one output per line",
     }
     for arguments, message in refusals.items():
         result = run(*arguments, "--tie-break-rules", train)
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.output
+    result = run("decode", a, b, words, "--tie-break-rules", "-", input="walk\twalked\tV;PST\n")
+    assert (
+        result.exit_code == 2 and "--tie-break-rules: a file, not standard input" in result.stderr
+    )
+    kept = train.read_bytes()
+    result = run("decode", a, b, words, "--tie-break-rules", train, "--report", train)
+    assert result.exit_code == 2 and train.read_bytes() == kept  # an input is never written
     bad = tmp_path / "bad"
     bad.write_text("walk\twalked\tV;PST\nsing\n", encoding="utf-8")
     result = run("decode", a, b, words, "--tie-break-rules", bad)
@@ -191,7 +210,7 @@ def test_the_tie_break_refuses_what_it_cannot_do(run, models, tmp_path: Path):
 # ------------------------------------------------------------- in an experiment file
 
 
-def test_an_experiment_decodes_each_ensemble_also_tie_broken(tmp_path: Path):
+def test_an_experiment_decodes_each_ensemble_also_tie_broken(tmp_path: Path, monkeypatch):
     """`ensemble: {tie_break_rules: true}`: beside SYSTEM.DATASET, SYSTEM.DATASET.tie-break
     whose test.predictions is the tie-break of the members' and the ensemble's own
     test.predictions with rules learned from the raw training file, scored as a run scores
@@ -248,10 +267,8 @@ def test_an_experiment_decodes_each_ensemble_also_tie_broken(tmp_path: Path):
     accuracy = 100 * sum(w == form for w, (_, form, _) in zip(want, test, strict=True)) / len(test)
     assert record["test"]["acc"] == pytest.approx(accuracy)
     changed = sum(w != p for w, p in zip(want, plain, strict=True))
-    assert record["tie_break_rules"] == {
-        "train": [str(tmp_path / "train")],
-        "changed": {"test": changed, "dev": record["tie_break_rules"]["changed"]["dev"]},
-    }
+    assert record["tie_break_rules"]["pairs"] == 400  # the training pairs, no dev or test
+    assert record["tie_break_rules"]["changed"]["test"] == changed
     states = json.loads((out / "cells.json").read_text())["ensembles"]
     assert [(s["id"], s["status"]) for s in states] == [
         ("lstm", "done"),
@@ -262,22 +279,23 @@ def test_an_experiment_decodes_each_ensemble_also_tie_broken(tmp_path: Path):
     assert labels == ["lstm", "lstm (ensemble of 2)", "lstm (ensemble of 2, rule tie-break)"]
     assert rows[-1]["mean"] == pytest.approx(accuracy)
     # rules made to write, on each test line where the seeds disagree, the seed's output
-    # that is not the ensemble's (a pair alone in its bundle gives its form back; each test
-    # line has a bundle of its own, "L<i>"): decoded again, every such line changes
+    # that is not the ensemble's, and on every other line (dev too) a form no model
+    # writes: decoded again (in this process), every such test line changes, nothing else
     disagree = [i for i in range(len(test)) if seeds[0][i] != seeds[1][i]]
     assert len(disagree) >= 2, "two models of 30 updates agreed on nearly every test line"
-    crafted = []
+    crafted = {}
     for i in disagree:
         lemma, _, tags = test[i]
-        other = seeds[0][i] if seeds[1][i] == plain[i] else seeds[1][i]
-        crafted.append(f"{lemma}\t{other}\t{tags}\n")
-    with open(tmp_path / "train", "a", encoding="utf-8") as train:
-        train.write("".join(crafted))
+        crafted[(lemma, tags)] = seeds[0][i] if seeds[1][i] == plain[i] else seeds[1][i]
+    monkeypatch.setattr(
+        SuffixRules, "__call__", lambda self, lemma, tags: crafted.get((lemma, tags), "zzzz")
+    )
     group = ensembles.Group("lstm", None, ("lstm.seed1", "lstm.seed2"), "probability", True)
     record = ensembles.build(out, group)
-    assert record["tie_break_rules"]["changed"]["test"] == len(disagree)
+    assert record["tie_break_rules"]["changed"] == {"test": len(disagree), "dev": 0}
     again = (folder / "test.predictions").read_text().splitlines()
     assert [i for i in range(len(test)) if again[i] != plain[i]] == disagree
+    assert all(again[i] == crafted[(test[i][0], test[i][2])] for i in disagree)
 
 
 def test_a_tie_broken_ensemble_is_paired_with_its_plain_one_and_the_baselines_of_its_kind():
@@ -325,4 +343,14 @@ def test_tie_break_rules_in_an_experiment_file_is_true_or_false(tmp_path: Path):
     with pytest.raises(ConfigError, match="ensemble.tie_break_rules: true or false, not 'yes'"):
         spec.load(path)
     path.write_text(yaml.safe_dump({**base, "ensemble": {"tie_break_rules": True}}))
+    (tmp_path / "manifest.json").write_text('{"format": "tsv"}')  # prepared from tsv
+    with pytest.raises(ConfigError, match="lstm: tsv data; the rules learn from sigmorphon"):
+        spec.load(path)
+    settings = recipe(tmp_path, TINY_LSTM)
+    settings["data"] = {"format": "tsv", "train": [str(tmp_path / "words.tsv")]}
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(settings), encoding="utf-8")
+    with pytest.raises(ConfigError, match="ensemble.tie_break_rules: lstm: tsv data"):
+        spec.load(path)
+    settings["data"]["format"] = "sigmorphon"
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(settings), encoding="utf-8")
     assert spec.load(path).ensemble.tie_break_rules

@@ -12,10 +12,11 @@ does not reproduce its numbers. For each training pair:
 2. the suffix change: after the prefix, what follows the longest common prefix of the
    rests, e.g. `spielen -> spielt` has `"en" -> "t"`.
 
-For a lemma and a tag bundle (the set of its tags, in any order) seen in training: take the
-bundle's most frequent prefix change whose left side starts the lemma (the first seen of
-equal counts) and strip it; among the bundle's suffix changes whose left side ends what
-remains, keep those of the training lemmas that share the longest final substring with it;
+For a lemma and a tag bundle (its tags sorted: `V;PST` and `PST;V` are one) seen in
+training: take the bundle's most frequent prefix change whose left side starts the lemma
+(the first seen of equal counts) and strip it; among the bundle's suffix changes whose left
+side ends what remains, keep those of the training pairs whose lemma, its own prefix change
+stripped, shares the longest final substring with it;
 the change most of those pairs made wins, then the one most frequent in the bundle, then the
 greatest (left, right) in code-point order. An unseen bundle, or no change that applies,
 gives the lemma unchanged.
@@ -129,7 +130,7 @@ def read_pairs(path: str | Path) -> list[tuple[str, str, str]]:
         if not line.strip():
             continue
         columns = line.split("\t")
-        if len(columns) != 3 or not columns[0].strip() or not columns[1].strip():
+        if len(columns) != 3 or not all(c.strip() for c in columns):
             raise DataError(
                 "expected lemma<TAB>form<TAB>tags (the training file)", path, number, line
             )

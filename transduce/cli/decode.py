@@ -174,7 +174,10 @@ def decode_command(
     if max_line_length < 1:
         raise ConfigError(f"--max-line-length: must be at least 1, not {max_line_length}")
     models, input = split_paths(paths)
-    check_outputs([report], [*models, input])
+    if tie_break_rules == STDIN:
+        raise ConfigError("--tie-break-rules: a file, not standard input (the input may be)")
+    rules = [tie_break_rules] if tie_break_rules is not None else []
+    check_outputs([report], [*models, input, *rules])
     from transduce import checkpoint
     from transduce.inference import Transducer
 
@@ -185,12 +188,12 @@ def decode_command(
         ui.warn(transducer.precision_warning)
     alignment = alignment or alignment_posterior
     threshold = POSTERIOR_SHOWN if alignment_posterior else None
-    if scores or alignment:
-        transducer.check_explain(alignment_posterior)  # before anything is decoded
     tie_break = None
     if tie_break_rules is not None:
         _check_tie_break(transducer, len(models), nbest, scores or alignment, input_format.value)
         tie_break = _TieBreak(tie_break_rules, payloads, device.value, bf16)
+    if scores or alignment:
+        transducer.check_explain(alignment_posterior)  # before anything is decoded
     out = sys.stdout
     seconds, count, decoded = 0.0, 0, 0
     # up to 16 batches at a time while input keeps coming: length bucketing across them

@@ -28,10 +28,10 @@ alone.
 
 With `ensemble: {tie_break_rules: true}` each (system, dataset) has a second group,
 EXP_DIR/ensembles/SYSTEM.DATASET.tie-break/: the same members, each also decoded alone, and
-where their outputs differ, the output of suffix rules learned from the members' raw
-training files if one of them wrote it (`transduce.rules`, as `decode --tie-break-rules`);
-scored as above, its ensemble.json also has `tie_break_rules` (the files, and the outputs
-changed on test and dev).
+where their outputs differ, the output of suffix rules learned from the real pairs of the
+members' prepared training split if one of them wrote it (`transduce.rules`, as `decode
+--tie-break-rules`); scored as above, its ensemble.json also has `tie_break_rules` (the
+number of pairs, and the outputs changed on test and dev).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -298,9 +298,7 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
         data = task.load_data(prepared, payloads[0]["vocab"])
         if data.test_eval is None:
             raise TransduceError(f"{prepared}: no test split with references to score")
-        tie_broken = None
-        if group.tie_break:
-            tie_broken = _TieBreak(reports[first], payloads, transducer, task, data)
+        tie_broken = _TieBreak(transducer, task, data) if group.tie_break else None
         with torch.inference_mode():
             scores, outputs = _evaluate(task, transducer, data, data.test_eval, tie_broken)
             dev_scores = None
@@ -348,50 +346,50 @@ def _evaluate(
 
 class _TieBreak:
     """`decode --tie-break-rules` on an evaluation set: each member's outputs alone, the
-    ensemble's, and suffix rules learned from the members' raw training files
-    (`transduce.rules`), scored as `Task.evaluate` scores."""
+    ensemble's, and suffix rules learned from the real pairs of the members' prepared
+    training split (not its hallucinated ones; dev and test, given or carved out, are not
+    in it), scored as `Task.evaluate` scores."""
 
-    def __init__(
-        self, report: RunReport, payloads: list[Any], transducer: Any, task: Any, data: Any
-    ) -> None:
-        from transduce.inference import Transducer
-        from transduce.rules import SuffixRules, read_pairs
+    def __init__(self, transducer: Any, task: Any, data: Any) -> None:
+        from transduce.data.dataset import load_prepared
+        from transduce.rules import SuffixRules
 
-        settings = report.config.get("data") or {}
-        files = settings.get("train") or []
-        if settings.get("format") != "sigmorphon" or not files:
+        prepared = data.prepared
+        if prepared.manifest.get("format") != "sigmorphon":
             raise TransduceError(
-                "tie_break_rules: the members were not trained on sigmorphon files "
-                "(lemma<TAB>form<TAB>tags) whose pairs the rules could learn"
+                f"tie_break_rules: {prepared.directory}: {prepared.manifest.get('format')} "
+                "data; the rules learn from sigmorphon data (lemma<TAB>form<TAB>tags)"
             )
-        for file in files:
-            if not Path(file).is_file():
-                raise TransduceError(f"tie_break_rules: {file}: the training file is not there")
-        self.files = [str(f) for f in files]
-        self.rules = SuffixRules([pair for file in files for pair in read_pairs(file)])
-        self.members = [Transducer.from_checkpoint(p, transducer.device.type) for p in payloads]
+        # the task's data keeps no train symbols (encoded): read the split again
+        train = load_prepared(prepared.directory).splits["train"]
+        real = (prepared.manifest.get("hallucination") or {}).get("real_pairs", len(train))
+        sides, triples = prepared.sides, []
+        for pair in train[:real]:
+            if pair.target is not None:
+                lemma, tags = _lemma_and_tags(pair.source, sides.source)
+                triples.append((lemma, sides.target.detokenize(pair.target), tags))
+        self.rules = SuffixRules(triples)
+        self.pairs = len(triples)
         self.transducer, self.task, self.data = transducer, task, data
         self.changed: list[int] = []  # per evaluation set: the outputs not the ensemble's
 
     def evaluate(self, evalset: Any) -> tuple[dict[str, float], list[list[str]]]:
         from transduce.rules import tie_break
-        from transduce.special import SEP
         from transduce.tasks.seq2seq import score_outputs
 
         task, data = self.task, self.data
-        _, together = task.evaluate(self.transducer.model, data, evalset)
-        alone = [task.evaluate(m.model, data, evalset)[1] for m in self.members]
-        target = data.prepared.sides.target
-        source = data.prepared.sides.source
+        ensemble = self.transducer.model
+        _, together = task.evaluate(ensemble, data, evalset)
+        members = getattr(ensemble, "members", [ensemble])  # one seed: the model itself
+        alone = [task.evaluate(member, data, evalset)[1] for member in members]
+        target, source = data.prepared.sides.target, data.prepared.sides.source
         outputs, changed = [], 0
         for k, symbols in enumerate(evalset.sources):
-            cut = symbols.index(SEP)
-            tags = ";".join(s[1:-1] for s in symbols[:cut])  # "[V]" -> "V"
-            lemma = source.detokenize(symbols[cut + 1 :])
+            lemma, tags = _lemma_and_tags(symbols, source)
             texts = [target.detokenize(a[k]) for a in alone]
-            ensemble = target.detokenize(together[k])
-            chosen = tie_break(texts, ensemble, self.rules(lemma, tags))
-            if chosen == ensemble:
+            text = target.detokenize(together[k])
+            chosen = tie_break(texts, text, self.rules(lemma, tags))
+            if chosen == text:
                 outputs.append(together[k])
             else:
                 outputs.append(target.cut(chosen))
@@ -401,10 +399,19 @@ class _TieBreak:
         return scores, outputs
 
     def record(self) -> dict[str, Any]:
-        """What ensemble.json says of it: the rules' files, and the outputs changed on the
-        test split (and on dev, when it was scored)."""
+        """What ensemble.json says of it: the pairs the rules learned from, and the outputs
+        changed on the test split (and on dev, when it was scored)."""
         names = ("test", "dev")
-        return {"train": self.files, "changed": dict(zip(names, self.changed, strict=False))}
+        return {"pairs": self.pairs, "changed": dict(zip(names, self.changed, strict=False))}
+
+
+def _lemma_and_tags(symbols: Sequence[str], side: Any) -> tuple[str, str]:
+    """An inflection source (`[V]`, `[PST]`, `<sep>`, then the lemma's characters: the
+    sigmorphon format's, `transduce.data.sides.inflection_source`) as (lemma, "V;PST")."""
+    from transduce.special import SEP
+
+    cut = list(symbols).index(SEP)
+    return side.detokenize(symbols[cut + 1 :]), ";".join(t[1:-1] for t in symbols[:cut])
 
 
 def command(directory: Path, group: Group, threads: int) -> list[str]:

@@ -497,6 +497,8 @@ def load(path: str | Path, data_root: str | Path | None = None) -> Experiment:
                 raise ConfigError(f"{path}: {cell}: {error}") from None
             if ensemble is not None and name in ensemble.systems:
                 _check_ensemble_model(path, name, loaded)
+                if ensemble.tie_break_rules:
+                    _check_tie_break_data(path, name, loaded)
             t = loaded.train
             wanted = (t.device, t.precision, tuple(t.log))
             machine.setdefault(wanted, where + (f", dataset {dataset}" if dataset else ""))
@@ -783,6 +785,24 @@ def _check_ensemble_model(path: Path, system: str, config: configuration.Config)
             path,
             "ensemble.systems",
             f"{system}: a {config.model_name} model; an ensemble is of sequence-to-sequence models",
+        )
+
+
+def _check_tie_break_data(path: Path, system: str, config: configuration.Config) -> None:
+    """`tie_break_rules` learns from (lemma, form, tags): the system's data must be
+    sigmorphon (raw, or prepared from it), known before anything trains."""
+    fmt = config.data.format
+    if fmt is None and config.data.prepared is not None:
+        manifest = Path(config.data.prepared) / "manifest.json"
+        try:
+            fmt = json.loads(manifest.read_text(encoding="utf-8")).get("format")
+        except (OSError, ValueError, AttributeError):
+            return  # not prepared yet, or unreadable: training says so first
+    if fmt != "sigmorphon":
+        raise _problem(
+            path,
+            "ensemble.tie_break_rules",
+            f"{system}: {fmt} data; the rules learn from sigmorphon data (lemma<TAB>form<TAB>tags)",
         )
 
 
