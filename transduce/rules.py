@@ -2,9 +2,9 @@
 disagreements (`transduce decode MODELS... --tie-break-rules TRAIN`).
 
 `SuffixRules` is a non-neural inflector learned from `lemma<TAB>form<TAB>tags` pairs, in
-the spirit of the SIGMORPHON 2017 baseline (Cotterell et al. 2017, §4: a prefix change and
-a suffix change per pair, applied by the tag bundle); it is not that baseline's code and
-does not reproduce its numbers. For each training pair:
+the spirit of the SIGMORPHON 2017 shared task's baseline (Cotterell et al. 2017: a prefix
+change and a suffix change per pair, applied by the tag bundle); it is not that baseline's
+code and does not reproduce its numbers. For each training pair:
 
 1. the prefix change: the lemma and form up to their longest common substring (difflib's
    longest matching block; the first of equal ones), e.g. `spielen -> gespielt` has
@@ -16,9 +16,9 @@ For a lemma and a tag bundle (its tags sorted: `V;PST` and `PST;V` are one) seen
 training: take the bundle's most frequent prefix change whose left side starts the lemma
 (the first seen of equal counts) and strip it; among the bundle's suffix changes whose left
 side ends what remains, keep those of the training pairs whose lemma, its own prefix change
-stripped, shares the longest final substring with it;
-the change most of those pairs made wins, then the one most frequent in the bundle, then the
-greatest (left, right) in code-point order. An unseen bundle, or no change that applies,
+stripped, shares the longest final substring with it; the change most of those pairs made
+wins, then the one most frequent in the bundle, then the greatest (left, right) in
+code-point order. An unseen bundle, or no change that applies,
 gives the lemma unchanged.
 
 `tie_break` is the combination tested on the SIGMORPHON 2017 medium dev sets (RESULTS.md):
