@@ -92,8 +92,18 @@ def gpus_visible():
     hide_gpus()
 
 
+# the longest tests (2 and 1 minutes on 2 cores), started first: under `-n 2` one that
+# starts last keeps a worker busy after the other has finished
+LONGEST_FIRST = (
+    "test_the_readme_examples_run",
+    "test_interrupted_halfway_and_run_again_every_cell_is_done_once",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests marked `cuda` are skipped, with the reason, where torch sees no GPU."""
+    """The longest tests first (`LONGEST_FIRST`, the rest in their order); the tests marked
+    `cuda` are skipped, with the reason, where torch sees no GPU."""
+    items.sort(key=lambda item: item.name not in LONGEST_FIRST)  # stable
     if HAS_GPU:
         return
     for item in items:
