@@ -120,6 +120,7 @@ class Transducer:
         self._raw_sample: list[tuple[int, str]] = []  # the first lines of raw input
         self._raw_decided = False  # whether they were seen to be raw text
         self.members: list[str | None] = [payload.get("path")]  # the checkpoints decoded
+        self.alone: list[Transducer] = [self]  # each member, decoding alone
 
     @classmethod
     def from_checkpoint(
@@ -195,6 +196,7 @@ class Transducer:
         model = Ensemble(models, mean)
         ensemble = cls(model.eval(), first.payload, first.task, first.precision_warning)
         ensemble.members = [m.payload.get("path") for m in members]
+        ensemble.alone = members  # the same models, each decoding by itself
         return ensemble
 
     @property

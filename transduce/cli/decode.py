@@ -191,7 +191,7 @@ def decode_command(
     tie_break = None
     if tie_break_rules is not None:
         _check_tie_break(transducer, len(models), nbest, scores or alignment, input_format.value)
-        tie_break = _TieBreak(tie_break_rules, payloads, device.value, bf16)
+        tie_break = _TieBreak(tie_break_rules, transducer.alone)
     if scores or alignment:
         transducer.check_explain(alignment_posterior)  # before anything is decoded
     out = sys.stdout
@@ -293,12 +293,11 @@ def _check_tie_break(
 class _TieBreak:
     """Each member decoded alone, and `transduce.rules.tie_break` applied to each line."""
 
-    def __init__(self, train: str, payloads: list[Any], device: str, bf16: bool | None) -> None:
-        from transduce.inference import Transducer
+    def __init__(self, train: str, members: list[Any]) -> None:
         from transduce.rules import SuffixRules
 
         self.rules = SuffixRules.from_file(train)
-        self.members = [Transducer.from_checkpoint(p, device, bf16) for p in payloads]
+        self.members = members  # the ensemble's own models, each decoding alone
         self.changed = 0  # lines whose output is not the ensemble's
 
     def apply(

@@ -380,8 +380,7 @@ class _TieBreak:
         task, data = self.task, self.data
         ensemble = self.transducer.model
         _, together = task.evaluate(ensemble, data, evalset)
-        members = getattr(ensemble, "members", [ensemble])  # one seed: the model itself
-        alone = [task.evaluate(member, data, evalset)[1] for member in members]
+        alone = [task.evaluate(m.model, data, evalset)[1] for m in self.transducer.alone]
         target, source = data.prepared.sides.target, data.prepared.sides.source
         outputs, changed = [], 0
         for k, symbols in enumerate(evalset.sources):
