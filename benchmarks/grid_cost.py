@@ -26,9 +26,13 @@ that worker takes the next cell. `measured_hours`: the finished cells and the de
 ensembles; `projected_hours`: every cell and ensemble, an unfinished cell at the median of
 its system's finished runs on the same dataset, else on all datasets. Machines differ (the
 same recipe ran twice as fast on one session's 2-core EPYC as on another's), so the hours
-hold for the machines in the runs' `machine`. Prints one JSON line.
+hold for the machines in the runs' `machine`. `--device cpu` counts only the runs trained on
+the CPU as finished, and projects the others like unfinished ones (at the median of the CPU
+runs): what a grid costs on cores alone when some of its runs were trained on a GPU.
+Prints one JSON line.
 
     python benchmarks/grid_cost.py DIR [--workers 2] [--cells 'small-ref.*'] [--basis cpu|training]
+        [--device any|cpu]
 """
 
 from __future__ import annotations
@@ -108,7 +112,11 @@ def run_cost(report: RunReport, basis: str) -> tuple[float, str]:
 
 
 def grid_cost(
-    directory: Path, workers: int = 2, patterns: list[str] | None = None, basis: str = "cpu"
+    directory: Path,
+    workers: int = 2,
+    patterns: list[str] | None = None,
+    basis: str = "cpu",
+    device: str = "any",
 ) -> dict[str, Any]:
     """The report (see the module's docstring) for the experiment folder `directory`."""
     state = json.loads((directory / "cells.json").read_text(encoding="utf-8"))
@@ -120,9 +128,13 @@ def grid_cost(
     if not cells:
         raise ValueError(f"{directory}: no cell matches {' or '.join(patterns or [])}")
     reports: dict[str, RunReport] = {}
+    elsewhere = 0  # finished, but not on `device`: projected as if unfinished
     for cell in cells:
         report = RunReport.read(directory / cell["run_dir"] / "train.json")
         if report is not None and report.finished and report.training_seconds is not None:
+            if device == "cpu" and not str(report.fields.get("device", "cpu")).startswith("cpu"):
+                elsewhere += 1
+                continue
             reports[cell["id"]] = report
     outside = [
         r.fields["wall_seconds"] - r.training_seconds
@@ -185,6 +197,8 @@ def grid_cost(
         "ensembles_decoded": len(decoded),
         "workers": workers,
         "basis": basis,
+        "device": device,
+        "finished_elsewhere": elsewhere,  # finished on another device: projected (--device)
         "timed_by": timed_by,  # finished runs timed by each field of train.json
         "outside_training_s": round(overhead, 1),  # per run, the median (n below)
         "outside_training_n": len(outside),
@@ -219,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         "--cells", action="append", help="only cells whose id matches (repeatable; fnmatch)"
     )
     parser.add_argument("--basis", choices=("cpu", "training"), default="cpu")
+    parser.add_argument(
+        "--device", choices=("any", "cpu"), default="any", help="cpu: only CPU runs as measured"
+    )
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers {args.workers}: at least 1")
@@ -230,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        print(json.dumps(grid_cost(args.directory, args.workers, args.cells, args.basis)))
+        print(
+            json.dumps(grid_cost(args.directory, args.workers, args.cells, args.basis, args.device))
+        )
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

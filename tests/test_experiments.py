@@ -253,6 +253,13 @@ def test_short_runs_are_timed_in_seconds_and_a_cell_is_done_once_reported(tmp_pa
     run.write_text(json.dumps({**json.loads(run.read_text()), "machine": {**facts, "cpus": 4}}))
     text = report.markdown(report.table(experiment, tmp_path))
     assert "records it): X, AVX2 kernels, 2 CPUs (1 run); X, AVX2 kernels, 4 CPUs (1 run)\n" in text
+    # two kinds of machine: each system's times split by machine, never one median
+    assert "counts it), seconds: a 2 median (2-2, n=1)" in text  # the one counted run
+    assert "all sessions), seconds: a on X, AVX2 kernels, 2 CPUs 1 median (1-1, n=1); " in text
+    assert "a on X, AVX2 kernels, 4 CPUs 3 median (3-3, n=1)\n" in text
+    run.write_text(json.dumps({**json.loads(run.read_text()), "machine": None}))
+    text = report.markdown(report.table(experiment, tmp_path))
+    assert "all sessions), seconds: a 2 median (1-3, n=2)" in text  # one kind recorded
     from transduce.runs import RunReport
 
     assert RunReport.from_json(path).cpu_seconds == 2.0

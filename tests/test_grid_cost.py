@@ -114,6 +114,15 @@ def test_grid_cost_by_hand(tmp_path):
     assert data["projected_hours"] == 0.28
     assert cost(tmp_path, 1, ["s.*"], basis="training")["projected_hours"] == 0.54
     assert cost(tmp_path, 1, ["s.*"])["projected_hours"] == 0.48  # 7 + 21 + 14 + 1 + 4 + 1
+    # --device cpu: s.e.seed1 (on a GPU) is projected at s's median on the CPU (e has no CPU
+    # run), 14, and s.e's ensemble waits for it: seed1 0-7, seed3 7-21, then s.d's
+    # ensemble 21-22 | seed2 0-21, s.e.seed1 21-35, its ensemble 35-36. Measured: seed1
+    # and seed2 alone (s.e's ensemble has a member not among them: not decoded)
+    data = cost(tmp_path, 2, ["s.*"], device="cpu")
+    assert (data["finished"], data["finished_elsewhere"]) == (2, 1)
+    assert data["timed_by"] == {"cpu_seconds": 1, "training_seconds": 1}
+    assert data["measured_hours"] == 0.21 and data["projected_hours"] == 0.36
+    assert cost(tmp_path, 2, ["s.*"], device="any")["finished_elsewhere"] == 0
 
 
 def test_grid_cost_command(tmp_path):
@@ -127,6 +136,13 @@ def test_grid_cost_command(tmp_path):
     )
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["projected_hours"] == 0.48
+    ok = subprocess.run(
+        [sys.executable, script, str(tmp_path), "--cells", "s.*", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert ok.returncode == 0 and json.loads(ok.stdout)["projected_hours"] == 0.36, ok.stderr
     none = subprocess.run(
         [sys.executable, script, str(tmp_path), "--cells", "x.*"], capture_output=True, text=True
     )

@@ -748,7 +748,7 @@ def markdown(data: dict[str, Any]) -> str:
     ):
         timed = data.get(key) or {}
         if timed:
-            out.append(f"\n{what}, " + _per_system(timed))
+            out.append(f"\n{what}, " + _per_system(timed, data.get("machines") or {}))
     kinds = collections.Counter((data.get("machines") or {}).values())
     if kinds:
         out.append(
@@ -800,13 +800,24 @@ def _paired_lines(data: dict[str, Any]) -> list[str]:
     ]
 
 
-def _per_system(timed: dict[str, float]) -> str:
+def _per_system(timed: dict[str, float], machines: dict[str, str] | None = None) -> str:
     """Seconds by cell id, as each system's median, range and count: in minutes, or in
-    seconds when a run would show as "0.0" minutes."""
+    seconds when a run would show as "0.0" minutes. A system whose timed runs' train.json
+    name more than one kind of machine (`machines`: cell id -> kind) is split by machine, so
+    that a GPU's minutes are not a median with a laptop's: "SYSTEM on KIND", and "SYSTEM
+    on a machine not recorded" for its runs whose train.json does not say."""
+    machines = machines or {}
+    kinds: dict[str, set[str]] = {}
+    for cell in timed:
+        if machines.get(cell):
+            kinds.setdefault(cell.split(".")[0], set()).add(machines[cell])
     unit, scale, digits = ("minutes", 60, 1) if min(timed.values()) >= 3 else ("seconds", 1, 0)
     per_system: dict[str, list[float]] = {}
     for cell, value in timed.items():
-        per_system.setdefault(cell.split(".")[0], []).append(value / scale)
+        system = cell.split(".")[0]
+        if len(kinds.get(system, ())) > 1:
+            system += f" on {machines.get(cell) or 'a machine not recorded'}"
+        per_system.setdefault(system, []).append(value / scale)
     return f"{unit}: " + "; ".join(
         f"{system} {statistics.median(v):.{digits}f} median "
         f"({min(v):.{digits}f}-{max(v):.{digits}f}, n={len(v)})"
