@@ -273,6 +273,14 @@ def test_short_runs_are_timed_in_seconds_and_a_cell_is_done_once_reported(tmp_pa
     data = runner.state(experiment, tmp_path, outcomes, todo=[c.id for c in cells])
     assert [c["status"] for c in data["cells"]] == ["done", "pending"]
     assert [c["status"] for c in runner.state(experiment, tmp_path, [])["cells"]] == ["done"] * 2
+    # an experiment run that starts again keeps the seconds of the cells done before it
+    runner.write_state(tmp_path, data)
+    outcomes = [runner.Outcome(cells[1], runner.DONE, 2.0)]
+    runner.write_state(tmp_path, runner.state(experiment, tmp_path, outcomes))
+    again = runner.state(experiment, tmp_path, [])["cells"]
+    assert [c["seconds"] for c in again] == [1.0, 2.0], again
+    (tmp_path / "cells.json").write_text("{")  # unreadable: nothing recorded, no error
+    assert [c["seconds"] for c in runner.state(experiment, tmp_path, [])["cells"]] == [None] * 2
 
 
 def test_a_metric_scored_again_with_the_papers_options(tmp_path):

@@ -395,6 +395,7 @@ def state(
     train.json is written: it is counted when it is reported."""
     latest = {o.cell.id: o for o in outcomes}
     running = set(todo)
+    before = recorded_seconds(directory)  # a done cell not run again keeps its seconds
     cells = []
     for cell in experiment.cells:
         outcome = latest.get(cell.id)
@@ -415,7 +416,11 @@ def state(
                 "dataset": cell.dataset,
                 "seed": cell.seed,
                 "status": status,
-                "seconds": None if outcome is None else round(outcome.seconds, 1),
+                "seconds": round(outcome.seconds, 1)
+                if outcome is not None
+                else before.get(cell.id)
+                if status == DONE
+                else None,
                 "error": None if outcome is None else outcome.error,
                 "run_dir": str(Path(RUNS) / cell.id),
             }
@@ -436,6 +441,22 @@ def state(
         "cells": cells,
         **({"ensembles": ensembles} if ensembles is not None else {}),
     }
+
+
+def recorded_seconds(directory: Path) -> dict[str, float]:
+    """The seconds that the directory's cells.json records for each done cell (by an
+    earlier `experiment run`), by id; none where it is missing or unreadable."""
+    try:
+        data = json.loads((directory / STATE).read_text(encoding="utf-8"))
+        return {
+            c["id"]: float(c["seconds"])
+            for c in data["cells"]
+            if c.get("status") == DONE
+            and isinstance(c.get("seconds"), int | float)
+            and not isinstance(c["seconds"], bool)
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
 def write_state(directory: Path, data: dict[str, Any]) -> None:
