@@ -28,7 +28,8 @@ its system's finished runs on the same dataset, else on all datasets. Machines d
 same recipe ran twice as fast on one session's 2-core EPYC as on another's), so the hours
 hold for the machines in the runs' `machine`. `--device cpu` counts only the runs trained on
 the CPU as finished, and projects the others like unfinished ones (at the median of the CPU
-runs): what a grid costs on cores alone when some of its runs were trained on a GPU.
+runs), and an ensemble decoded on a GPU (its ensemble.json's `device`) at the median of the
+CPU's decodes: what a grid costs on cores alone when some of it ran on a GPU.
 Prints one JSON line.
 
     python benchmarks/grid_cost.py DIR [--workers 2] [--cells 'small-ref.*'] [--basis cpu|training]
@@ -163,9 +164,12 @@ def grid_cost(
     for group in groups:
         path = directory / group.get("directory", f"ensembles/{group['id']}") / "ensemble.json"
         try:
-            seconds = json.loads(path.read_text(encoding="utf-8")).get("seconds")
-        except (OSError, ValueError):
-            seconds = group.get("seconds")
+            facts = json.loads(path.read_text(encoding="utf-8"))
+            seconds, where = facts.get("seconds"), str(facts.get("device") or "cpu")
+        except (OSError, ValueError, AttributeError):
+            seconds, where = group.get("seconds"), "cpu"
+        if device == "cpu" and not where.startswith("cpu"):
+            continue  # decoded on a GPU: costed as the CPU's decodes are
         if isinstance(seconds, int | float) and not isinstance(seconds, bool):
             recorded[group["id"]] = float(seconds)
     ensemble_cost = statistics.median(recorded.values()) if recorded else 0.0
@@ -184,7 +188,7 @@ def grid_cost(
     decoded = [
         (g["members"], recorded.get(g["id"], ensemble_cost))
         for g in groups
-        if g.get("status") == "done"
+        if g.get("status") == "done" and set(g["members"]) <= set(cost)
     ]
     every = [(g["members"], recorded.get(g["id"], ensemble_cost)) for g in groups]
     return {

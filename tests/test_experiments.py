@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -247,6 +248,9 @@ def test_short_runs_are_timed_in_seconds_and_a_cell_is_done_once_reported(tmp_pa
         run.write_text(json.dumps({**json.loads(run.read_text()), "machine": facts}))
     data = report.table(experiment, tmp_path)
     assert data["cpu_seconds"] == {cells[1].id: 2.0}
+    path.write_text(json.dumps({**json.loads(path.read_text()), "device": "cuda:0"}))
+    assert report.table(experiment, tmp_path)["cpu_seconds"] == {}  # a GPU run's: not its cost
+    path.write_text(json.dumps({**json.loads(path.read_text()), "device": "cpu"}))
     text = report.markdown(data)
     assert "where train.json counts it), seconds: a 2 median (2-2, n=1)" in text
     assert "records it): X, AVX2 kernels, 2 CPUs (2 runs)\n" in text
@@ -257,6 +261,16 @@ def test_short_runs_are_timed_in_seconds_and_a_cell_is_done_once_reported(tmp_pa
     assert "counts it), seconds: a 2 median (2-2, n=1)" in text  # the one counted run
     assert "all sessions), seconds: a on X, AVX2 kernels, 2 CPUs 1 median (1-1, n=1); " in text
     assert "a on X, AVX2 kernels, 4 CPUs 3 median (3-3, n=1)\n" in text
+    fake_run(tmp_path, "a.seed3", {"acc": 50.0})  # a third run, whose train.json names none
+    path3 = tmp_path / "runs" / "a.seed3" / "train.json"
+    path3.write_text(json.dumps({**json.loads(path3.read_text()), "training_seconds": 5.0}))
+    three = spec.Experiment(
+        tmp_path / "e.yaml", [*cells, spec.Cell("a", None, 3, "", ())], ["a"], [None],
+        [1, 2, 3], ["acc"],
+    )  # fmt: skip
+    text = report.markdown(report.table(three, tmp_path))
+    assert "; a on a machine not recorded 5 median (5-5, n=1)\n" in text, text
+    shutil.rmtree(tmp_path / "runs" / "a.seed3")
     run.write_text(json.dumps({**json.loads(run.read_text()), "machine": None}))
     text = report.markdown(report.table(experiment, tmp_path))
     assert "all sessions), seconds: a 2 median (1-3, n=2)" in text  # one kind recorded
@@ -279,6 +293,10 @@ def test_short_runs_are_timed_in_seconds_and_a_cell_is_done_once_reported(tmp_pa
     runner.write_state(tmp_path, runner.state(experiment, tmp_path, outcomes))
     again = runner.state(experiment, tmp_path, [])["cells"]
     assert [c["seconds"] for c in again] == [1.0, 2.0], again
+    state = json.loads((tmp_path / "cells.json").read_text())
+    state["cells"][0] = {"status": "done", "seconds": 1.0}  # no id: that entry alone skipped
+    (tmp_path / "cells.json").write_text(json.dumps(state))
+    assert [c["seconds"] for c in runner.state(experiment, tmp_path, [])["cells"]] == [None, 2.0]
     (tmp_path / "cells.json").write_text("{")  # unreadable: nothing recorded, no error
     assert [c["seconds"] for c in runner.state(experiment, tmp_path, [])["cells"]] == [None] * 2
 

@@ -115,14 +115,24 @@ def test_grid_cost_by_hand(tmp_path):
     assert cost(tmp_path, 1, ["s.*"], basis="training")["projected_hours"] == 0.54
     assert cost(tmp_path, 1, ["s.*"])["projected_hours"] == 0.48  # 7 + 21 + 14 + 1 + 4 + 1
     # --device cpu: s.e.seed1 (on a GPU) is projected at s's median on the CPU (e has no CPU
-    # run), 14, and s.e's ensemble waits for it: seed1 0-7, seed3 7-21, then s.d's
-    # ensemble 21-22 | seed2 0-21, s.e.seed1 21-35, its ensemble 35-36. Measured: seed1
-    # and seed2 alone (s.e's ensemble has a member not among them: not decoded)
+    # run), 14, and s.e's ensemble waits for it: seed1 0-7 | seed2 0-21; seed3 7-21; at
+    # 21 one worker decodes s.d's ensemble (21-22), the other takes s.e.seed1 (21-35) and
+    # then its ensemble (35-36). Measured: seed1 and seed2 alone (s.e's ensemble has a
+    # member not among them: not decoded, not counted as decoded)
     data = cost(tmp_path, 2, ["s.*"], device="cpu")
     assert (data["finished"], data["finished_elsewhere"]) == (2, 1)
     assert data["timed_by"] == {"cpu_seconds": 1, "training_seconds": 1}
     assert data["measured_hours"] == 0.21 and data["projected_hours"] == 0.36
+    assert data["ensembles_decoded"] == 0 and data["ensemble_n"] == 1
     assert cost(tmp_path, 2, ["s.*"], device="any")["finished_elsewhere"] == 0
+    # s.e's ensemble decoded on a GPU: --device cpu leaves its time out (no CPU decode is
+    # recorded, so each ensemble costs 0): the same schedule, 1 unit shorter at the end
+    path = tmp_path / "ensembles" / "s.e" / "ensemble.json"
+    path.write_text(json.dumps({"seconds": 36.0, "device": "cuda"}))
+    data = cost(tmp_path, 2, ["s.*"], device="cpu")
+    assert (data["ensemble_n"], data["projected_hours"]) == (0, 0.35)
+    assert cost(tmp_path, 2, ["s.*"], device="any")["ensemble_n"] == 1
+    path.write_text(json.dumps({"seconds": 36.0}))
 
 
 def test_grid_cost_command(tmp_path):

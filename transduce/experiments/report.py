@@ -371,7 +371,13 @@ def table(
         "variants": experiment.variants,  # each: every test line against its own reference
         "unscored": unscored,  # cells that could not be: counted without those metrics
         "training_seconds": each("training_seconds"),  # of each finished cell, all sessions
-        "cpu_seconds": each("cpu_seconds"),  # the same cells' CPU seconds, where counted
+        # the same cells' CPU seconds, where counted, of the runs trained on the CPU (a GPU
+        # run's host process is not its cost)
+        "cpu_seconds": {
+            cell: seconds
+            for cell, seconds in each("cpu_seconds").items()
+            if str(reports[cell].fields.get("device") or "cpu").startswith("cpu")
+        },
         "machines": each("machine"),  # what trained each, where its train.json says
         # finished at a training limit, not by early stopping: maybe short of convergence
         "at_limit": {
@@ -805,7 +811,9 @@ def _per_system(timed: dict[str, float], machines: dict[str, str] | None = None)
     seconds when a run would show as "0.0" minutes. A system whose timed runs' train.json
     name more than one kind of machine (`machines`: cell id -> kind) is split by machine, so
     that a GPU's minutes are not a median with a laptop's: "SYSTEM on KIND", and "SYSTEM
-    on a machine not recorded" for its runs whose train.json does not say."""
+    on a machine not recorded" for its runs whose train.json does not say. A run's machine
+    is its last session's (`RunReport.machine`): a run resumed on another machine counts
+    all its sessions' time under the last one."""
     machines = machines or {}
     kinds: dict[str, set[str]] = {}
     for cell in timed:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -444,19 +445,28 @@ def state(
 
 
 def recorded_seconds(directory: Path) -> dict[str, float]:
-    """The seconds that the directory's cells.json records for each done cell (by an
-    earlier `experiment run`), by id; none where it is missing or unreadable."""
+    """The seconds that the directory's cells.json records for each done cell, by id: the
+    wall time of the `experiment run` that finished it (of a resumed run, its last
+    session's), kept by the runs after it; none where the file is missing or unreadable,
+    and none for an entry that is not as `state` writes it."""
     try:
-        data = json.loads((directory / STATE).read_text(encoding="utf-8"))
-        return {
-            c["id"]: float(c["seconds"])
-            for c in data["cells"]
-            if c.get("status") == DONE
-            and isinstance(c.get("seconds"), int | float)
-            and not isinstance(c["seconds"], bool)
-        }
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        cells = json.loads((directory / STATE).read_text(encoding="utf-8"))["cells"]
+        iter(cells)
+    except (OSError, ValueError, KeyError, TypeError):
         return {}
+    found: dict[str, float] = {}
+    for c in cells:  # an entry that is not as `state` writes it is skipped, alone
+        if not isinstance(c, dict) or not isinstance(c.get("id"), str):
+            continue
+        seconds = c.get("seconds")
+        if (
+            c.get("status") == DONE
+            and isinstance(seconds, int | float)
+            and not isinstance(seconds, bool)
+            and math.isfinite(seconds)
+        ):
+            found[c["id"]] = float(seconds)
+    return found
 
 
 def write_state(directory: Path, data: dict[str, Any]) -> None:
