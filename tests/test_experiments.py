@@ -1032,10 +1032,20 @@ def test_an_ensemble_is_decoded_once_and_again_when_a_member_changed(ensembled, 
     path, source = ensembled
     out = shutil.copytree(source, tmp_path / "exp")
     stamps = {p: p.stat().st_mtime_ns for p in (out / "ensembles").glob("*/*")}
+    first = json.loads((out / "cells.json").read_text())
+
+    def seconds(part: str) -> dict[str, float | None]:
+        data = json.loads((out / "cells.json").read_text())
+        return {c["id"]: c["seconds"] for c in data[part]}
+
+    assert None not in [c["seconds"] for c in first["cells"] + first["ensembles"]], first
     again = run_experiment("run", path, "--out", out, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "started the ensemble" not in again.stderr  # nothing decoded again
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    # ... and each cell and ensemble keeps the seconds its first run recorded
+    assert seconds("cells") == {c["id"]: c["seconds"] for c in first["cells"]}
+    assert seconds("ensembles") == {c["id"]: c["seconds"] for c in first["ensembles"]}
     # a member's train.json changes (the run was redone): that ensemble is out of date
     member = out / "runs" / "lstm.copy.seed2" / "train.json"
     member.write_text(json.dumps(json.loads(member.read_text()), indent=4))
@@ -1050,6 +1060,9 @@ def test_an_ensemble_is_decoded_once_and_again_when_a_member_changed(ensembled, 
     assert record["members"][1]["train_json_sha256"] == runner_sha(member)
     reverse = out / "ensembles" / "lstm.reverse" / "ensemble.json"
     assert reverse.stat().st_mtime_ns == stamps[reverse]
+    before = {c["id"]: c["seconds"] for c in first["ensembles"]}
+    assert seconds("ensembles")["lstm.reverse"] == before["lstm.reverse"]
+    assert seconds("ensembles")["lstm.copy"] is not None  # this run's own
 
 
 def runner_sha(path: Path) -> str:

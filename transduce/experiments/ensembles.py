@@ -59,6 +59,7 @@ from transduce.experiments.runner import (
     Stopping,
     finished,
     last_line,
+    recorded_seconds,
 )
 from transduce.experiments.spec import Cell, Experiment
 from transduce.io import child_environment
@@ -499,6 +500,7 @@ def states(
     for the test split, decoded before ensembles scored the dev split), failed,
     interrupted, out of date, or pending (members not finished)."""
     latest = {o.group.id: o for o in outcomes}
+    before = recorded_seconds(directory, "ensembles", (DONE, NO_DEV))  # kept, as the cells'
     out = []
     for group in groups(experiment):
         outcome = latest.get(group.id)
@@ -519,7 +521,11 @@ def states(
                 "dataset": group.dataset,
                 "members": list(group.members),
                 "status": status,
-                "seconds": None if outcome is None else round(outcome.seconds, 1),
+                "seconds": round(outcome.seconds, 1)
+                if outcome is not None
+                else before.get(group.id)
+                if status in (DONE, NO_DEV)
+                else None,
                 "error": None if outcome is None else outcome.error,
                 "directory": str(Path(ENSEMBLES) / group.id),
             }

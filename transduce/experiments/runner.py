@@ -444,13 +444,16 @@ def state(
     }
 
 
-def recorded_seconds(directory: Path) -> dict[str, float]:
-    """The seconds that the directory's cells.json records for each done cell, by id: the
+def recorded_seconds(
+    directory: Path, part: str = "cells", statuses: tuple[str, ...] = (DONE,)
+) -> dict[str, float]:
+    """The seconds that the directory's cells.json records for each done cell (`part`
+    "cells"; "ensembles": each ensemble whose status is one of `statuses`), by id: the
     wall time of the `experiment run` that finished it (of a resumed run, its last
     session's), kept by the runs after it; none where the file is missing or unreadable,
     and none for an entry that is not as `state` writes it."""
     try:
-        cells = json.loads((directory / STATE).read_text(encoding="utf-8"))["cells"]
+        cells = json.loads((directory / STATE).read_text(encoding="utf-8"))[part]
         iter(cells)
     except (OSError, ValueError, KeyError, TypeError):
         return {}
@@ -460,7 +463,7 @@ def recorded_seconds(directory: Path) -> dict[str, float]:
             continue
         seconds = c.get("seconds")
         if (
-            c.get("status") == DONE
+            c.get("status") in statuses
             and isinstance(seconds, int | float)
             and not isinstance(seconds, bool)
             and math.isfinite(seconds)
