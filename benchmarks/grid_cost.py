@@ -106,8 +106,7 @@ def run_cost(report: RunReport, basis: str) -> tuple[float, str]:
     come from (see the module's docstring)."""
     fields = report.fields
     alone = fields.get("processes", 1) == 1 and fields.get("threads") == 1
-    on_cpu = str(fields.get("device", "cpu")).startswith("cpu")
-    if basis == "cpu" and alone and on_cpu and report.cpu_seconds is not None:
+    if basis == "cpu" and alone and report.on_cpu and report.cpu_seconds is not None:
         return report.cpu_seconds, "cpu_seconds"
     return float(report.training_seconds or 0.0), "training_seconds"
 
@@ -133,7 +132,7 @@ def grid_cost(
     for cell in cells:
         report = RunReport.read(directory / cell["run_dir"] / "train.json")
         if report is not None and report.finished and report.training_seconds is not None:
-            if device == "cpu" and not str(report.fields.get("device", "cpu")).startswith("cpu"):
+            if device == "cpu" and not report.on_cpu:
                 elsewhere += 1
                 continue
             reports[cell["id"]] = report

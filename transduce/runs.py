@@ -219,6 +219,11 @@ class RunReport:
         return float(seconds) if isinstance(seconds, int | float) else None
 
     @property
+    def on_cpu(self) -> bool:
+        """Trained on the CPU (train.json's `device`; an earlier version's, without one, too)."""
+        return str(self.fields.get("device") or "cpu").startswith("cpu")
+
+    @property
     def machine(self) -> str | None:
         """What trained the run's last session, in words (`transduce.reporting.machine`:
         the CPU, its family and model numbers, torch's kernels, the CPUs, the GPU), or None

@@ -57,6 +57,7 @@ from transduce.experiments.runner import (
     PENDING,
     RUNS,
     Stopping,
+    entry_seconds,
     finished,
     last_line,
     recorded_seconds,
@@ -521,11 +522,7 @@ def states(
                 "dataset": group.dataset,
                 "members": list(group.members),
                 "status": status,
-                "seconds": round(outcome.seconds, 1)
-                if outcome is not None
-                else before.get(group.id)
-                if status in (DONE, NO_DEV)
-                else None,
+                "seconds": entry_seconds(outcome, before.get(group.id), status in (DONE, NO_DEV)),
                 "error": None if outcome is None else outcome.error,
                 "directory": str(Path(ENSEMBLES) / group.id),
             }

@@ -374,9 +374,7 @@ def table(
         # the same cells' CPU seconds, where counted, of the runs trained on the CPU (a GPU
         # run's host process is not its cost)
         "cpu_seconds": {
-            cell: seconds
-            for cell, seconds in each("cpu_seconds").items()
-            if str(reports[cell].fields.get("device") or "cpu").startswith("cpu")
+            cell: seconds for cell, seconds in each("cpu_seconds").items() if reports[cell].on_cpu
         },
         "machines": each("machine"),  # what trained each, where its train.json says
         # finished at a training limit, not by early stopping: maybe short of convergence

@@ -417,11 +417,7 @@ def state(
                 "dataset": cell.dataset,
                 "seed": cell.seed,
                 "status": status,
-                "seconds": round(outcome.seconds, 1)
-                if outcome is not None
-                else before.get(cell.id)
-                if status == DONE
-                else None,
+                "seconds": entry_seconds(outcome, before.get(cell.id), status == DONE),
                 "error": None if outcome is None else outcome.error,
                 "run_dir": str(Path(RUNS) / cell.id),
             }
@@ -442,6 +438,14 @@ def state(
         "cells": cells,
         **({"ensembles": ensembles} if ensembles is not None else {}),
     }
+
+
+def entry_seconds(outcome: Any, recorded: float | None, done: bool) -> float | None:
+    """The seconds of a cells.json entry: its outcome's in this run (`outcome.seconds`),
+    else, done before this run, what cells.json recorded for it."""
+    if outcome is not None:
+        return round(outcome.seconds, 1)
+    return recorded if done else None
 
 
 def recorded_seconds(
