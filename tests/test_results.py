@@ -20,7 +20,11 @@ from . import official
 from .conftest import REPO, shared_data
 
 RESULTS = REPO / "results"
-SIGMORPHON2017 = ("small-data-sigmorphon2017-medium", "small-data-search-inflection")
+SIGMORPHON2017 = (
+    "small-data-sigmorphon2017-medium",
+    "small-data-sigmorphon2017-low",
+    "small-data-search-inflection",
+)
 SIGMORPHON2020 = ("small-data-sigmorphon2020-g2p", "small-data-search-g2p")
 
 
