@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,10 @@ from typer.testing import CliRunner
 from transduce import checkpoint
 from transduce.averaging import average, average_weights
 from transduce.cli import app
+from transduce.data.prepare import PrepareRequest, prepare
 from transduce.errors import CheckpointError
+from transduce.experiments.report import best_dev
+from transduce.runs import RunDir, RunReport
 
 from .toy import TINY_LSTM, recipe, write_task
 
@@ -156,3 +160,130 @@ def test_a_checkpoint_from_before_an_option_averages_with_one_from_after(kept, t
     checkpoint.save(tmp_path / "other.pt", {k: v for k, v in other.items() if k != "path"})
     with pytest.raises(CheckpointError, match="model options differ"):
         average([one, tmp_path / "other.pt"])
+
+
+# ----------------------------------------------------- train.average_best_last (final.pt)
+
+
+def _unreachable_dev(root: Path) -> Path:
+    """The reverse task with dev references it never learns to produce (each reversed word
+    with "z", a symbol of no training target, after it): dev accuracy is 0 at every
+    validation, so the best one is the
+    first (a later one must be strictly better) and best.pt and last.pt hold different
+    updates whatever the machine. Train and test are the plain reverse task."""
+    rng = random.Random(5)
+    words = sorted(
+        {"".join(rng.choice("abcdefg") for _ in range(rng.randint(2, 6))) for _ in range(400)}
+    )
+    rng.shuffle(words)
+    splits = {"train": words[:300], "dev": words[300:340], "test": words[340:]}
+    inputs = {}
+    for split, chosen in splits.items():
+        extra = " z" if split == "dev" else ""
+        path = root / f"{split}.tsv"
+        path.write_text("".join(f"{w}\t{' '.join(w[::-1])}{extra}\n" for w in chosen), "utf-8")
+        inputs[split] = [path]
+    out = root / "prepared"
+    prepare(PrepareRequest("tsv", out, inputs=inputs))
+    return out
+
+
+@pytest.fixture(scope="module")
+def averaged_run(tmp_path_factory) -> Path:
+    """A toy run of 6 validations with train.average_best_last: best update 5, last 30."""
+    root = tmp_path_factory.mktemp("final")
+    settings = recipe(
+        _unreachable_dev(root), TINY_LSTM, max_updates=30, validate_every=5,
+        average_best_last=True, device="cpu",
+    )  # fmt: skip
+    config = root / "recipe.yaml"
+    config.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    run = root / "run"
+    result = CliRunner().invoke(app, ["train", "-q", "--config", str(config), "--out", str(run)])
+    assert result.exit_code == 0, result.output
+    return run
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return checkpoint.load(path)["model"]
+
+
+def test_a_run_that_averages_makes_final_pt_the_mean_of_best_and_last(averaged_run: Path):
+    report = json.loads((averaged_run / "train.json").read_text(encoding="utf-8"))
+    assert report["best"]["update"] == 5 and report["updates"] == 30
+    final = report["final"]
+    assert final["checkpoints"] == ["best.pt", "last.pt"] and final["updates"] == [5, 30]
+    best, last = _weights(averaged_run / "best.pt"), _weights(averaged_run / "last.pt")
+    averaged = _weights(averaged_run / "final.pt")
+    changed = 0
+    for key, value in averaged.items():
+        mean = ((best[key].double() + last[key].double()) / 2).to(value.dtype)
+        assert torch.equal(value, mean), key
+        changed += not torch.equal(value, best[key])
+    assert changed > len(averaged) // 2  # not best.pt again: the option was not ignored
+    assert "training" not in checkpoint.load(averaged_run / "final.pt")  # not resumable
+    # the run's model, for decode, export, ensembles and init_from, is final.pt
+    assert checkpoint.load(averaged_run)["path"] == str(averaged_run / "final.pt")
+    assert RunDir(averaged_run).model == averaged_run / "final.pt"
+    # its dev validation: the unreachable references keep accuracy at 0, lev is measured
+    assert final["dev_scores"]["acc"] == 0.0 and final["dev_scores"]["lev"] > 0
+    assert set(final["dev_scores"]) == set(report["history"][0]["dev_scores"])
+
+
+def test_the_test_split_is_decoded_with_the_averaged_model(averaged_run: Path, tmp_path: Path):
+    sources = [
+        line.split("\t")[0]
+        for line in (averaged_run.parent / "test.tsv").read_text("utf-8").splitlines()
+    ]
+    words = tmp_path / "words.txt"
+    words.write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    outputs = {}
+    for name in ("final.pt", "best.pt"):
+        result = CliRunner().invoke(
+            app, ["decode", "-q", str(averaged_run / name), str(words), "--device", "cpu"]
+        )
+        assert result.exit_code == 0, result.output
+        outputs[name] = result.stdout.splitlines()
+    predicted = (averaged_run / "test.predictions").read_text("utf-8").splitlines()
+    assert predicted == outputs["final.pt"]
+    assert predicted != outputs["best.pt"]  # update 5's outputs are not the final model's
+
+
+def test_resuming_without_averaging_removes_final_pt_and_tests_best_pt(
+    averaged_run: Path, tmp_path: Path
+):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(averaged_run, run)
+    config = averaged_run.parent / "recipe.yaml"
+    result = CliRunner().invoke(
+        app,
+        ["train", "-q", "--config", str(config), "--out", str(run), "--resume",
+         "--set", "train.average_best_last=false"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((run / "train.json").read_text(encoding="utf-8"))
+    assert not (run / "final.pt").exists() and report["final"] is None
+    before = json.loads((averaged_run / "train.json").read_text(encoding="utf-8"))
+    assert report["test"] != before["test"]  # decoded again with best.pt, not kept
+    assert checkpoint.load(run)["path"] == str(run / "best.pt")
+
+
+def test_a_new_checkpoint_removes_a_final_pt_of_an_earlier_session(tmp_path: Path):
+    """A resumed run that trains on: once last.pt moves on, final.pt (the mean of the old
+    last.pt) is no longer the run's model."""
+    (tmp_path / "final.pt").write_bytes(b"old")
+    checkpoint.Checkpointer(tmp_path).save({"model": {}}, improved=False)
+    assert not (tmp_path / "final.pt").exists() and (tmp_path / "last.pt").is_file()
+
+
+def test_the_report_reads_dev_from_the_averaged_model():
+    history = [
+        {"update": 5, "dev_scores": {"acc": 50.0}},
+        {"update": 10, "dev_scores": {"acc": 40.0}},
+    ]
+    fields = {"history": history, "best": {"update": 5, "metric": "acc", "score": 50.0}}
+    assert best_dev(RunReport(fields)) == {"acc": 50.0}
+    final = {"updates": [5, 10], "dev_scores": {"acc": 55.0}, "dev_monotonicity": None}
+    assert best_dev(RunReport({**fields, "final": final})) == {"acc": 55.0}

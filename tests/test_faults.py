@@ -666,3 +666,34 @@ def test_a_newer_versions_progress_key_is_left_out_with_a_warning(reference, tmp
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert "from_the_future" not in checkpoint.progress_of(checkpoint.load(run / "last.pt"))
+
+
+@pytest.fixture(scope="module")
+def averaging(toy, tmp_path_factory) -> tuple[Path, Path]:
+    """An uninterrupted run with train.average_best_last, and its recipe."""
+    root = tmp_path_factory.mktemp("averaging")
+    config = write_recipe(root / "recipe.yaml", toy, average_best_last=True)
+    result = train(config, root / "run")
+    assert result.returncode == 0, result.stderr
+    return config, root / "run"
+
+
+@pytest.mark.parametrize("point", ["before-rename:final.pt", "before-test"])
+def test_an_averaging_run_killed_at_its_end_resumes_to_the_same_final_pt(
+    averaging, tmp_path: Path, point: str
+):
+    """Killed with final.pt's temporary file complete, or with final.pt written and the
+    test not decoded: the resumed run averages again and ends as the uninterrupted one."""
+    config, whole = averaging
+    run = tmp_path / "run"
+    killed = train(config, run, fault=f"{point}:KILL")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not (run / "train.json").exists()
+    resumed = train(config, run, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert outcome(run) == outcome(whole)
+    assert same_weights(run / "final.pt", whole / "final.pt")
+    finals = [json.loads((r / "train.json").read_text("utf-8"))["final"] for r in (run, whole)]
+    assert finals[0] == finals[1] and finals[0]["updates"][1] == UPDATES
+    leftovers = sorted(p.name for p in run.iterdir() if p.name.startswith("."))
+    assert leftovers == [], leftovers

@@ -25,7 +25,7 @@ def load(
     bf16: bool | None = None,
     ensemble_mean: str = "probability",
 ) -> Transducer:
-    """The trained model of a run directory (its best.pt) or of a checkpoint file, ready
+    """The trained model of a run directory (its final.pt or best.pt) or of a checkpoint file, ready
     to transduce; a list of them decodes as an ensemble (`transduce.ensemble`). torch is
     imported here, not by `import transduce`."""
     from transduce.inference import Transducer, check_device

@@ -51,7 +51,7 @@ Pair = tuple[list[int], list[int]]  # the source ids and reference ids of a line
 
 
 def load_model(path: str, device: str = "cpu") -> Transducer:
-    """The model of a run directory (its best.pt) or a checkpoint file, to analyze, on
+    """The model of a run directory (its final.pt or best.pt) or a checkpoint file, to analyze, on
     `device` (cpu, cuda, cuda:N or auto).
 
     Raises:

@@ -8,6 +8,8 @@ model: the same family, options and vocabularies. Floating-point tensors are ave
 float64 and stored in their own dtype; any other tensor (an integer buffer) must be equal
 in all of them. The result is a checkpoint for `decode` and `analyze-monotonicity`
 without a training state (it cannot be resumed), with `averaged` saying what it came from.
+A run with `train.average_best_last` does this itself at its end, with its best.pt and
+last.pt, into final.pt (`Trainer.average_best_last`).
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ def kept_checkpoints(run_dir: Path, by: str, count: int) -> list[Path]:
 
 
 def average(paths: Sequence[str | Path]) -> dict[str, Any]:
-    """The averaged checkpoint of `paths` (files, or run directories for their best.pt)."""
+    """The averaged checkpoint of `paths` (files, or run directories for their model:
+    final.pt or best.pt)."""
     payloads = [checkpoint.load(path) for path in paths]
     names = [p["path"] for p in payloads]
     fields = {"model_name": "model family", "config.model": "model options"}

@@ -31,7 +31,7 @@ from transduce.io import atomic_binary, atomic_write_text, remove, sha256_file, 
 from transduce.models import MODELS
 
 FORMAT = "transduce.checkpoint/1"
-BEST, LAST = runs.BEST, runs.LAST
+BEST, LAST, FINAL = runs.BEST, runs.LAST, runs.FINAL
 REQUIRED = ("model_name", "config", "model", "vocab", "sides")
 
 
@@ -42,10 +42,12 @@ def save(path: str | Path, payload: dict[str, Any]) -> None:
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint (no code runs: weights_only); errors are `CheckpointError`s."""
+    """Read a checkpoint (no code runs: weights_only); errors are `CheckpointError`s. A run
+    directory means its model: final.pt (`train.average_best_last`), else best.pt, else
+    last.pt."""
     path = Path(path)
     if path.is_dir():
-        for name in (BEST, LAST):
+        for name in (FINAL, BEST, LAST):
             if (path / name).is_file():
                 path = path / name
                 break
@@ -266,7 +268,10 @@ class Checkpointer:
     def save(self, payload: dict[str, Any], improved: bool, score: float | None = None) -> None:
         """After a validation (`score`: its dev score): the kept checkpoint, if any, then
         last.pt, then best.pt if it `improved`, then the pruning of the kept ones.
-        Between validations (a Ctrl-C): last.pt only."""
+        Between validations (a Ctrl-C): last.pt only. A final.pt of an earlier session
+        (`train.average_best_last`) is removed first: it averages a last.pt that is no
+        longer the last, and the run's model is best.pt again until training ends."""
+        remove(self.run_dir / FINAL)
         keeping = score is not None and bool(self.keep_best or self.keep_last)
         if keeping:
             assert score is not None

@@ -81,7 +81,7 @@ def check(path: str, config: configuration.Config) -> dict[str, Any]:
 def init_from(
     model: Model, vocabs: dict[str, list[str]], path: str, config: configuration.Config
 ) -> dict[str, Any]:
-    """Load the weights of the checkpoint at `path` (a run directory: its best.pt) into
+    """Load the weights of the checkpoint at `path` (a run directory: its final.pt or best.pt) into
     `model`, built for `vocabs`; what was done, for train.json.
 
     Raises:

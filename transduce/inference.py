@@ -130,7 +130,7 @@ class Transducer:
         bf16: bool | None = None,
     ) -> Transducer:
         """The model of a checkpoint: a loaded one (`checkpoint.load`), or the path of a
-        checkpoint file or of a run directory (its best.pt)."""
+        checkpoint file or of a run directory (its final.pt or best.pt)."""
         if not isinstance(payload, dict):
             from transduce import checkpoint
 

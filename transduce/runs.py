@@ -15,6 +15,9 @@ from typing import Any
 
 # The files and folders of a run directory
 LAST, BEST = "last.pt", "best.pt"  # the checkpoint to resume from; the best one
+# train.average_best_last: the mean of best.pt's and last.pt's weights, written at the end
+# of training; where it is, it is the run's model (tested, decoded, exported)
+FINAL = "final.pt"
 CONFIG = "config.yaml"  # the resolved recipe
 REPORT = "train.json"  # what the run did (`RunReport`)
 PREDICTIONS = "test.predictions"  # the best checkpoint's outputs on the test split
@@ -25,8 +28,9 @@ KEPT = "checkpoints"  # train.keep_best / keep_last: the kept checkpoints
 TENSORBOARD = "tensorboard"
 DATA = "data"  # the raw data, prepared by `train` for the run
 
-# what `train` writes that marks a folder as a run directory (the first two: checkpoints)
-FILES = (LAST, BEST, CONFIG, REPORT, PREDICTIONS)
+# what `train` writes that marks a folder as a run directory (the first two, its training's
+# checkpoints, mark it by themselves: `outputs.is_run_dir`)
+FILES = (LAST, BEST, FINAL, CONFIG, REPORT, PREDICTIONS)
 # every name `train` writes in a run directory, files and folders
 OWNED = (*FILES, MARKER, LOCK, METRICS, KEPT, TENSORBOARD, DATA)
 
@@ -52,6 +56,16 @@ class RunDir:
     @property
     def best(self) -> Path:
         return self.path / BEST
+
+    @property
+    def final(self) -> Path:
+        return self.path / FINAL
+
+    @property
+    def model(self) -> Path:
+        """The run's model: final.pt where the run averaged (`train.average_best_last`),
+        else best.pt."""
+        return self.final if self.final.is_file() else self.best
 
     @property
     def config(self) -> Path:
@@ -104,6 +118,7 @@ SHAPE: dict[str, tuple[type, ...]] = {
     "stop": (str, type(None)),
     "test": (dict, type(None)),
     "best": (dict, type(None)),
+    "final": (dict, type(None)),
     "history": (list,),
     "config": (dict,),
     "data": (dict, type(None)),
@@ -196,6 +211,24 @@ class RunReport:
         return best if isinstance(best, dict) else {}
 
     @property
+    def final(self) -> dict[str, Any]:
+        """What `train.average_best_last` made: the updates averaged and the averaged
+        model's dev scores ({}: the run's model is best.pt)."""
+        final = self.fields.get("final")
+        return final if isinstance(final, dict) else {}
+
+    def model_dev(self) -> dict[str, Any]:
+        """The dev validation of the run's model, as a `history` entry holds it
+        (`dev_scores`, `dev_monotonicity`): the averaged model's where there is one, else
+        the best validation's ({}: not found)."""
+        if self.final:
+            return self.final
+        for entry in self.history:
+            if isinstance(entry, dict) and entry.get("update") == self.best.get("update"):
+                return entry
+        return {}
+
+    @property
     def history(self) -> list[dict[str, Any]]:
         history = self.fields.get("history")
         return history if isinstance(history, list) else []
@@ -265,7 +298,8 @@ class RunReport:
         decode the test set exactly as the session that wrote it did: the same `best`
         update and number of `updates`, the same data (`manifest`: the prepared data's),
         the same decode and data settings (`config`: the resolved one), and its
-        test.predictions unchanged since. None otherwise."""
+        test.predictions unchanged since, and the same model (averaged or best.pt,
+        `train.average_best_last`). None otherwise."""
         from transduce.io import sha256_file
 
         predictions = files.predictions
@@ -277,6 +311,7 @@ class RunReport:
             and self.updates == updates
             and self.config.get("decode") == config["decode"]
             and self.config.get("data") == config["data"]
+            and bool(self.final) == bool((config.get("train") or {}).get("average_best_last"))
             and (config.get("train") or {}).get("test", True)
         )
         return self.test_scores if same and self.test_scores else None

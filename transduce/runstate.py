@@ -199,10 +199,12 @@ class RunState:
         test_monotonicity: dict[str, Any] | None,
         predictions: Path,
         wall: float,
+        final: dict[str, Any] | None = None,
     ) -> RunReport:
         """The run's train.json (`transduce.runs.RunReport`; the README lists its keys):
         what it trained on and as (on `device`, at `precision`, in `world`'s processes),
-        its history, best validation, `test` scores (None: not tested) with the sha256 of
+        its history, best validation, the averaged model's record (`final`, None: the run's
+        model is best.pt), `test` scores (None: not tested) with the sha256 of
         `predictions`, and the seconds of `wall`."""
         data, model, progress = self.data, self.model, self.progress
         manifest = data.prepared.directory / MANIFEST
@@ -236,8 +238,11 @@ class RunState:
                 "metric": config.train.select_on,
                 "score": progress.best_score,
             },
-            "test": test,
-            "test_monotonicity": test_monotonicity,  # as dev_monotonicity, of the best model
+            # train.average_best_last: the updates of best.pt and last.pt averaged into
+            # final.pt, and its dev validation (dev_loss, dev_scores, dev_monotonicity)
+            "final": final,
+            "test": test,  # of the run's model: final.pt where there is one, else best.pt
+            "test_monotonicity": test_monotonicity,  # as dev_monotonicity, of the run's model
             "stop": progress.stop,
             "updates": progress.update,
             "epochs": progress.epoch,

@@ -7,6 +7,7 @@ batches, loss, dev evaluation, test output) is its `transduce.tasks.Task`. The l
         one update on the next batch of the epoch (`Task.training_loss`)
         every `train.validate_every` updates (or each epoch): validate
     validate once more if the last update was not validated; test with the best checkpoint
+    (with `train.average_best_last`, the mean of its weights and the last ones': final.pt)
 
 An update may be split into micro-batches (`train.accumulate`) and between processes
 (`torchrun`, `transduce.distributed`): each part's loss is weighted by its share of the
@@ -39,14 +40,15 @@ import torch
 
 from transduce import config as configuration
 from transduce import defaults, runs
-from transduce.checkpoint import Checkpointer, clean
+from transduce.averaging import average
+from transduce.checkpoint import Checkpointer, clean, save
 from transduce.compiling import compile_forward
 from transduce.data.batching import plan_batches
 from transduce.data.prepare import MANIFEST
 from transduce.distributed import World
 from transduce.errors import ConfigError, out_of_memory
 from transduce.faults import fault_point
-from transduce.io import atomic_write_text
+from transduce.io import atomic_write_text, remove
 from transduce.metrics import get_metric
 from transduce.models import Model
 from transduce.outputs import claimed_run_dir
@@ -284,7 +286,7 @@ class Trainer:
     # -------------------------------------------------------------------- loop
 
     def run(self) -> dict[str, Any] | None:
-        """Train until a limit is reached, test the best checkpoint; the report (None in
+        """Train until a limit is reached, test the run's model; the report (None in
         the processes other than rank 0, which write nothing).
 
         The run directory is locked for the life of the call. A resumed run changes nothing
@@ -489,13 +491,8 @@ class Trainer:
     def validate(self, epoch: float) -> None:
         """Dev loss and decoded dev scores; history, plateau schedule, checkpoints."""
         t, s = self.config.train, self.state
-        model, data, schedule, progress = s.model, s.data, s.schedule, s.progress
-        try:
-            dev_loss, statistics = self.task.dev_loss(model, data)
-            scores, _ = self.task.evaluate(model, data, data.dev_eval)
-        except (MemoryError, RuntimeError) as error:
-            hint = "lower train.dev_batch_size or decode.max_output_length"
-            raise out_of_memory(error, "validating on the dev set", hint) or error from None
+        schedule, progress = s.schedule, s.progress
+        dev_loss, statistics, scores = dev_validation(self.task, s)
         score = scores[t.select_on]
         improved = progress.improved_by(scores, t)
         entry = {
@@ -532,16 +529,20 @@ class Trainer:
         return self.state.checkpoint(self.config, self.precision, extras)
 
     def finish(self, wall: float) -> dict[str, Any]:
-        """Test the best checkpoint (test.predictions) and write train.json (an
-        interrupted run: no test, `"stop": "interrupted"`). A resumed session that trained
-        nothing and would decode the test set as before keeps the earlier test scores
-        (`RunReport.reusable_test`)."""
+        """Test the run's model (best.pt, or final.pt with `train.average_best_last`) into
+        test.predictions and write train.json (an interrupted run: no test, `"stop":
+        "interrupted"`). A resumed session that trained nothing and would decode the test
+        set as before keeps the earlier test scores (`RunReport.reusable_test`)."""
         model, data, progress = self.state.model, self.state.data, self.state.progress
         interrupted = progress.stop == INTERRUPTED
+        final, test_scores, statistics, kept = None, None, None, None
         if not interrupted:
             model.load_state_dict(self.checkpoints.load_best(progress.best_update)["model"])
+            if self.config.train.average_best_last:
+                final = average_best_last(self.files, self.task, self.state, self.reporter)
+            else:  # an earlier session's, averaged when the run asked for it then
+                remove(self.files.final)
             fault_point("before-test")
-        test_scores, statistics, kept = None, None, None
         earlier = RunReport.read(self.files.report) if self._resumed_at == progress.update else None
         if earlier is not None and not interrupted:
             manifest = data.prepared.directory / MANIFEST
@@ -570,10 +571,48 @@ class Trainer:
             test_monotonicity=statistics,
             predictions=self.files.predictions,
             wall=wall,
+            final=final,
         )
         fault_point("before-report")
         report.to_json(self.files.report)
         return report.fields
+
+
+def dev_validation(task: Task, state: RunState) -> tuple[float, Any, dict[str, float]]:
+    """The model's dev loss, dev monotonicity and decoded dev scores, as a validation
+    computes them."""
+    model, data = state.model, state.data
+    try:
+        dev_loss, statistics = task.dev_loss(model, data)
+        scores, _ = task.evaluate(model, data, data.dev_eval)
+    except (MemoryError, RuntimeError) as error:
+        hint = "lower train.dev_batch_size or decode.max_output_length"
+        raise out_of_memory(error, "validating on the dev set", hint) or error from None
+    return dev_loss, statistics, scores
+
+
+def average_best_last(
+    files: RunDir, task: Task, state: RunState, reporter: Reporter
+) -> dict[str, Any]:
+    """`train.average_best_last`: write final.pt, the mean of best.pt's and last.pt's
+    weights (`transduce.averaging`, as `transduce average RUN/best.pt RUN/last.pt`), load
+    it into the run's model (which it is from now on), validate it on dev
+    (`dev_validation`) and say so; what train.json's `final` records."""
+    paths = [files.best, files.last]
+    averaged = average(paths)
+    averaged["averaged"]["checkpoints"] = [path.name for path in paths]
+    save(files.final, averaged)
+    state.model.load_state_dict(averaged["model"])
+    dev_loss, statistics, scores = dev_validation(task, state)
+    best, last = averaged["averaged"]["updates"]
+    said = " ".join(f"{k} {v:.2f}" for k, v in scores.items())
+    reporter.message(f"final.pt: best.pt (update {best}) and last.pt (update {last}): dev {said}")
+    return {
+        **averaged["averaged"],
+        "dev_loss": dev_loss,
+        "dev_scores": scores,
+        "dev_monotonicity": statistics,
+    }
 
 
 def batch_too_large(error: BaseException, update: int, size: int, longest: int) -> BaseException:

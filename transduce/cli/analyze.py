@@ -46,7 +46,7 @@ def _lines(text: str | None, count: int) -> list[int]:
 @app.command(name="analyze-monotonicity")
 def analyze_command(
     model: Annotated[
-        str, typer.Argument(help="A run directory (its best.pt) or a checkpoint file.")
+        str, typer.Argument(help="A run directory (its final.pt or best.pt) or a checkpoint file.")
     ],
     data: Annotated[
         Path,

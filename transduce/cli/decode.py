@@ -61,7 +61,7 @@ def decode_command(
         list[str],
         typer.Argument(
             metavar="MODEL... [INPUT]",
-            help="Run directories (their best.pt) or checkpoint files (several: an "
+            help="Run directories (their final.pt or best.pt) or checkpoint files (several: an "
             "ensemble), then the input lines ('-' or none: stdin).",
             show_default=False,
         ),

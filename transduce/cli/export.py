@@ -27,7 +27,7 @@ def export_command(
         str,
         typer.Argument(
             metavar="RUN_DIR|CHECKPOINT",
-            help="A run directory (its best.pt) or a checkpoint file.",
+            help="A run directory (its final.pt or best.pt) or a checkpoint file.",
             show_default=False,
         ),
     ],

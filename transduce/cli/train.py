@@ -80,7 +80,7 @@ def train_command(
         bool | None,
         typer.Option(
             "--test/--no-test",
-            help="Decode the test split with the best checkpoint at the end (train.test).",
+            help="Decode the test split with the run's model at the end (train.test).",
             show_default="as the recipe says: test",
         ),
     ] = None,
@@ -181,9 +181,14 @@ def _summary(report: dict[str, Any], run_dir: Path) -> None:
     best = report["best"]
     score = f"{best['metric']} {best['score']:.2f}"
     ui.info(f"best dev {score} at update {best['update']} ({report['stop']})")
+    final = report.get("final")
+    model = "best checkpoint"
+    if final:
+        model = "final.pt (best.pt and last.pt averaged)"
+        ui.info(f"final.pt: dev {best['metric']} {final['dev_scores'][best['metric']]:.2f}")
     if report["test"] and ui.verbosity() >= ui.NORMAL:
         table = Table(
-            title=f"test ({report['data']['test_sources']} sources), best checkpoint",
+            title=f"test ({report['data']['test_sources']} sources), {model}",
             title_justify="left",
         )
         for name in report["test"]:

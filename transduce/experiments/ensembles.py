@@ -1,12 +1,13 @@
 """Ensembles of an experiment's seeds (the experiment file's `ensemble:`).
 
-Once every seed of a (system, dataset) has finished, the seeds' best checkpoints decode
-the test split as one model (`transduce.ensemble`, as `transduce decode RUN_1 RUN_2 ...`),
-with the decoding options of the runs' own `decode` section (beam, length penalty, ...),
-and the output is scored exactly as a run scores its test split (`Task.evaluate`). The dev
-split is decoded and scored the same way, as a run's validation scores it, so that what
-the ensemble adds can be read on dev beside its members' best validations (`experiment
-report --dev`) without looking at the test split. Each
+Once every seed of a (system, dataset) has finished, the seeds' models (each run's best.pt,
+or its final.pt where it averaged, `train.average_best_last`) decode the test split as one
+model (`transduce.ensemble`, as `transduce decode RUN_1 RUN_2 ...`), with the decoding
+options of the runs' own `decode` section (beam, length penalty, ...), and the output is
+scored exactly as a run scores its test split (`Task.evaluate`). The dev split is decoded
+and scored the same way, as a run's validation scores it, so that what the ensemble adds
+can be read on dev beside its members' own dev scores (`experiment report --dev`) without
+looking at the test split. Each
 ensemble is `python -m transduce.experiments.ensembles` in a process of its own (its
 output in EXP_DIR/logs/SYSTEM.DATASET.ensemble.log), N at a time, on this machine, and
 writes, in EXP_DIR/ensembles/SYSTEM.DATASET/:
@@ -173,7 +174,7 @@ def has_dev(data: dict[str, Any] | None) -> bool:
 
 def needs_decoding(directory: Path, group: Group, data: dict[str, Any] | None = None) -> bool:
     """Whether `experiment run` decodes a group whose members have all finished: it is not
-    up to date, or it is but has no dev scores and every member's best checkpoint is still
+    up to date, or it is but has no dev scores and every member's model is still
     there (without them it cannot be decoded again, and its test scores count as they are:
     a failure is not tried at every run)."""
     data = record(directory, group) if data is None else data
@@ -182,9 +183,9 @@ def needs_decoding(directory: Path, group: Group, data: dict[str, Any] | None = 
 
 def _dev_to_add(directory: Path, group: Group, data: dict[str, Any] | None) -> bool:
     """Whether an up-to-date ensemble has no dev scores and can be decoded again for them
-    (every member's best checkpoint is still there)."""
+    (every member's model is still there)."""
     return not has_dev(data) and all(
-        RunDir(directory / RUNS / m).best.is_file() for m in group.members
+        RunDir(directory / RUNS / m).model.is_file() for m in group.members
     )
 
 
@@ -249,7 +250,7 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
     scores its test split, and write test.predictions and ensemble.json; the record.
 
     Raises:
-        TransduceError: a member without a best checkpoint or a test split, members tested
+        TransduceError: a member without a model (best.pt) or a test split, members tested
             on different test splits or decoding differently, models that cannot be one
             ensemble (each naming the ensemble).
     """
@@ -287,12 +288,13 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
     if prepared is None:
         raise TransduceError(f"{where}: {first}: the test split it was tested on is not there")
     dev_skipped = _dev_differs(hashes["dev"], reports, prepared)
-    payloads = []
+    payloads, models = [], []  # each member's model: final.pt where it averaged, else best.pt
     for member in group.members:
-        path = directory / RUNS / member / checkpoint.BEST
+        path = RunDir(directory / RUNS / member).model
         if not path.is_file():
             raise TransduceError(f"{where}: {member}: no {checkpoint.BEST}")
         payloads.append(checkpoint.load(path))
+        models.append(str(Path(RUNS) / member / path.name))
     chosen = device or payloads[0]["config"]["train"].get("device", "auto")
     try:
         transducer = Transducer.ensemble(payloads, chosen, None, group.mean)
@@ -317,7 +319,7 @@ def build(directory: Path, group: Group, device: str | None = None) -> dict[str,
         "system": group.system,
         "dataset": group.dataset,
         "members": members,
-        "checkpoints": [str(Path(RUNS) / m / checkpoint.BEST) for m in group.members],
+        "checkpoints": models,
         "mean": group.mean,
         "test_sha256": test_hashes[first],
         "test_predictions_sha256": _sha256(out / PREDICTIONS),

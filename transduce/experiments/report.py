@@ -15,7 +15,8 @@ The ensembles of the seeds (`experiments.ensembles`) are rows of their own, `SYS
 its ensemble.json (n = 1), and over the datasets their mean where every dataset has its
 ensemble; an ensemble whose members changed since it
 was decoded is left out and named. With `--dev` (`split="dev"`) the rows are each cell's
-best validation and each ensemble's dev scores (decoded as a validation decodes). The
+best validation (its averaged model's, `train.average_best_last`) and each ensemble's
+dev scores (decoded as a validation decodes). The
 references (systems not run here) are a column each beside the mean, their average the
 mean over the experiment's datasets where they have every one, and `against_references`
 counts per system the datasets where it is better.
@@ -91,7 +92,8 @@ def scores(
     each finished cell's train.json (its stop, seconds, machine), `unscored` why a cell
     could not be scored again
     (`rescore`: it then counts without those metrics). With `split="dev"`: the dev scores
-    and monotonicity of each cell's best validation instead (`best_dev`)."""
+    and monotonicity of each cell's model instead (`best_dev`: its best validation, or its
+    averaged model's)."""
     found, missing = {}, []
     for cell in experiment.cells:
         run_dir = directory / RUNS / cell.id
@@ -123,22 +125,18 @@ def scores(
 
 
 def best_dev(report: RunReport) -> dict[str, float]:
-    """The dev scores (and dev monotonicity, `MONOTONICITY`) of a run's best validation:
-    the validation of train.json's `history` at the update its `best` names."""
-    best = report.best
-    for entry in report.history:
-        if isinstance(entry, dict) and entry.get("update") == best.get("update"):
-            out = {
-                k: float(v)
-                for k, v in (entry.get("dev_scores") or {}).items()
-                if isinstance(v, int | float)
-            }
-            overall = (entry.get("dev_monotonicity") or {}).get("overall") or {}
-            for name, key in MONOTONICITY.items():
-                if isinstance(overall.get(key), int | float):
-                    out[name] = float(overall[key])
-            return out
-    return {}
+    """The dev scores (and dev monotonicity, `MONOTONICITY`) of a run's model
+    (`RunReport.model_dev`): its best validation, the validation of train.json's `history`
+    at the update its `best` names, or where the run averaged (`train.average_best_last`),
+    the averaged model's validation (train.json's `final`)."""
+    entry = report.model_dev()
+    scores = entry.get("dev_scores") or {}
+    out = {k: float(v) for k, v in scores.items() if isinstance(v, int | float)}
+    overall = (entry.get("dev_monotonicity") or {}).get("overall") or {}
+    for name, key in MONOTONICITY.items():
+        if isinstance(overall.get(key), int | float):
+            out[name] = float(overall[key])
+    return out
 
 
 def rescore(
@@ -365,6 +363,9 @@ def table(
         "not_done": missing,
         "ensembles": len(ensembles.groups(experiment)),
         "ensembles_done": len(combined),
+        # runs whose model is final.pt (train.average_best_last): tested and, with --dev,
+        # read on dev as that averaged model
+        "averaged": sorted(cell for cell, report in reports.items() if report.final),
         "ensembles_not_done": not_decoded,  # not decoded (yet)
         "ensembles_out_of_date": stale,  # a member changed since: not shown
         "score": experiment.score,  # metrics scored again from test.predictions
@@ -457,7 +458,8 @@ def paired_over_datasets(
 
 def ranking(experiment: Experiment, directory: Path) -> dict[str, Any]:
     """Each random search's trials ranked by their best dev score (train.json's `best`:
-    the score of the run's select_on at its best validation): per dataset the mean over
+    the score of the run's select_on at its best validation; its `final` one, where the run
+    averaged, `train.average_best_last`): per dataset the mean over
     the finished seeds, then the mean over the datasets; a trial without a finished run on
     every dataset is not ranked (listed last)."""
     from transduce.metrics import METRICS
@@ -473,10 +475,12 @@ def ranking(experiment: Experiment, directory: Path) -> dict[str, Any]:
                 report = run_report(run_dir) if finished(run_dir) else None
                 if cell.system != trial or report is None:
                     continue
-                best = report.best
-                if isinstance(best.get("score"), int | float) and best.get("metric") in METRICS:
+                best = report.best  # by the run's model's dev score (final.pt's, if any)
+                score = (report.final.get("dev_scores") or {}).get(best.get("metric"))
+                score = best.get("score") if not report.final else score
+                if isinstance(score, int | float) and best.get("metric") in METRICS:
                     metric = metric or best["metric"]
-                    per_dataset.setdefault(cell.dataset, []).append(float(best["score"]))
+                    per_dataset.setdefault(cell.dataset, []).append(float(score))
             every = len(per_dataset) == len(experiment.datasets)
             dev = (
                 statistics.fmean(statistics.fmean(v) for v in per_dataset.values())
@@ -652,6 +656,7 @@ def markdown(data: dict[str, Any]) -> str:
             f"### {metric}"
             + (
                 " (dev: each run's best validation"
+                + (" or averaged model's" if data.get("averaged") else "")
                 + (", each ensemble's dev split" if data.get("ensembles_done") else "")
                 + ")"
                 if dev
@@ -718,6 +723,11 @@ def markdown(data: dict[str, Any]) -> str:
     if data["not_done"]:
         done += "; not finished: " + ", ".join(data["not_done"])
     out.append(done)
+    if data.get("averaged"):
+        out.append(
+            f"{len(data['averaged'])} of them tested (and read on dev) as the mean of their "
+            "best.pt and last.pt (train.average_best_last)"
+        )
     if data.get("ensembles"):
         if data.get("split") == "dev":
             line = f"{data['ensembles_done']} of {data['ensembles']} ensembles scored on dev"
