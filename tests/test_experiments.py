@@ -1160,6 +1160,41 @@ def test_members_written_before_a_decode_option_existed_decode_as_one(ensembled,
     )
 
 
+def test_members_that_averaged_ensemble_with_their_final_pt(ensembled, tmp_path):
+    """Members with a final.pt (`train.average_best_last`; here made as a run makes it,
+    `transduce average RUN/best.pt RUN/last.pt`) ensemble with it, not with best.pt: the
+    predictions are `transduce decode` of the two final.pt."""
+    import shutil
+
+    path, source = ensembled
+    out = shutil.copytree(source, tmp_path / "exp")
+    shutil.rmtree(out / "ensembles")
+    members = [out / "runs" / f"lstm.copy.seed{s}" for s in (1, 2)]
+    for run in members:  # `average` writes no file of a run directory: then moved in
+        averaged = tmp_path / f"{run.name}.pt"
+        subprocess.run(
+            [sys.executable, "-m", "transduce", "average", run / "best.pt", run / "last.pt",
+             "--out", averaged],
+            capture_output=True, text=True, env=transduce_env(), check=True,
+        )  # fmt: skip
+        shutil.move(averaged, run / "final.pt")
+    result = run_experiment("run", path, "--out", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    folder = out / "ensembles" / "lstm.copy"
+    record = json.loads((folder / "ensemble.json").read_text())
+    assert record["checkpoints"] == [f"runs/lstm.copy.seed{s}/final.pt" for s in (1, 2)]
+    trained = json.loads((members[0] / "train.json").read_text())
+    test = Path(trained["data"]["directory"]) / "test.tsv"
+    decoded = subprocess.run(
+        [sys.executable, "-m", "transduce", "decode", *(m / "final.pt" for m in members), test,
+         "--input-format", "tsv", "--beam", "2"],
+        capture_output=True, text=True, env=transduce_env(), check=True,
+    ).stdout  # fmt: skip
+    assert (folder / "test.predictions").read_text() == decoded
+    record = json.loads((out / "ensembles" / "lstm.reverse" / "ensemble.json").read_text())
+    assert record["checkpoints"] == [f"runs/lstm.reverse.seed{s}/best.pt" for s in (1, 2)]
+
+
 def test_an_ensemble_scores_the_dev_split_as_a_validation_does(ensembled, tmp_path):
     """ensemble.json's dev scores: those of `transduce decode RUN_1 RUN_2 dev.tsv` scored
     against dev.tsv; an ensemble of one run has exactly that run's best validation (the
