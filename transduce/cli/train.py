@@ -181,11 +181,8 @@ def _summary(report: dict[str, Any], run_dir: Path) -> None:
     best = report["best"]
     score = f"{best['metric']} {best['score']:.2f}"
     ui.info(f"best dev {score} at update {best['update']} ({report['stop']})")
-    final = report.get("final")
-    model = "best checkpoint"
-    if final:
-        model = "final.pt (best.pt and last.pt averaged)"
-        ui.info(f"final.pt: dev {best['metric']} {final['dev_scores'][best['metric']]:.2f}")
+    # the averaged model's dev scores were said as it was made (training.average_best_last)
+    model = "final.pt (best.pt and last.pt averaged)" if report.get("final") else "best checkpoint"
     if report["test"] and ui.verbosity() >= ui.NORMAL:
         table = Table(
             title=f"test ({report['data']['test_sources']} sources), {model}",
