@@ -237,37 +237,64 @@ def test_the_test_split_is_decoded_with_the_averaged_model(averaged_run: Path, t
     ]
     words = tmp_path / "words.txt"
     words.write_text("".join(s + "\n" for s in sources), encoding="utf-8")
-    outputs = {}
-    for name in ("final.pt", "best.pt"):
-        result = CliRunner().invoke(
-            app, ["decode", "-q", str(averaged_run / name), str(words), "--device", "cpu"]
-        )
-        assert result.exit_code == 0, result.output
-        outputs[name] = result.stdout.splitlines()
     predicted = (averaged_run / "test.predictions").read_text("utf-8").splitlines()
-    assert predicted == outputs["final.pt"]
-    assert predicted != outputs["best.pt"]  # update 5's outputs are not the final model's
+    assert predicted == _decode(averaged_run, "final.pt", words)
 
 
-def test_resuming_without_averaging_removes_final_pt_and_tests_best_pt(
+def _decode(run: Path, model: str, words: Path) -> list[str]:
+    result = CliRunner().invoke(
+        app, ["decode", "-q", str(run / model), str(words), "--device", "cpu"]
+    )
+    assert result.exit_code == 0, result.output
+    return result.stdout.splitlines()
+
+
+def test_resuming_with_the_option_switched_tests_the_model_it_names(
     averaged_run: Path, tmp_path: Path
 ):
+    """A finished run resumed with nothing to train: with the option off, final.pt is
+    deleted and best.pt tested (the averaged test scores are not kept); on again,
+    final.pt is made again, the same, and tested; on a third time, nothing changes and
+    the test scores are kept."""
     import shutil
 
     run = tmp_path / "run"
     shutil.copytree(averaged_run, run)
     config = averaged_run.parent / "recipe.yaml"
-    result = CliRunner().invoke(
-        app,
-        ["train", "-q", "--config", str(config), "--out", str(run), "--resume",
-         "--set", "train.average_best_last=false"],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    report = json.loads((run / "train.json").read_text(encoding="utf-8"))
-    assert not (run / "final.pt").exists() and report["final"] is None
+    sources = [
+        line.split("\t")[0]
+        for line in (averaged_run.parent / "test.tsv").read_text("utf-8").splitlines()
+    ]
+    words = tmp_path / "words.txt"
+    words.write_text("".join(s + "\n" for s in sources), encoding="utf-8")
     before = json.loads((averaged_run / "train.json").read_text(encoding="utf-8"))
-    assert report["test"] != before["test"]  # decoded again with best.pt, not kept
+
+    def resume(average: bool) -> tuple[dict, str]:
+        result = CliRunner().invoke(
+            app,
+            ["train", "--config", str(config), "--out", str(run), "--resume",
+             "--set", f"train.average_best_last={str(average).lower()}"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        return json.loads((run / "train.json").read_text(encoding="utf-8")), result.output
+
+    report, _ = resume(False)
+    assert not (run / "final.pt").exists() and report["final"] is None
+    predicted = (run / "test.predictions").read_text("utf-8").splitlines()
+    assert predicted == _decode(run, "best.pt", words)
     assert checkpoint.load(run)["path"] == str(run / "best.pt")
+    report, _ = resume(True)
+    assert report["final"] == before["final"] and report["test"] == before["test"]
+    assert _weights(run / "final.pt").keys() == _weights(averaged_run / "final.pt").keys()
+    assert all(
+        torch.equal(v, _weights(averaged_run / "final.pt")[k])
+        for k, v in _weights(run / "final.pt").items()
+    )
+    predicted = (run / "test.predictions").read_text("utf-8").splitlines()
+    assert predicted == _decode(run, "final.pt", words)
+    report, said = resume(True)
+    assert "test scores and test.predictions are kept" in said
+    assert report["test"] == before["test"] and report["final"] == before["final"]
 
 
 def test_a_new_checkpoint_removes_a_final_pt_of_an_earlier_session(tmp_path: Path):

@@ -9,7 +9,7 @@ float64 and stored in their own dtype; any other tensor (an integer buffer) must
 in all of them. The result is a checkpoint for `decode` and `analyze-monotonicity`
 without a training state (it cannot be resumed), with `averaged` saying what it came from.
 A run with `train.average_best_last` does this itself at its end, with its best.pt and
-last.pt, into final.pt (`Trainer.average_best_last`).
+last.pt, into final.pt (`training.average_best_last`).
 """
 
 from __future__ import annotations

@@ -181,7 +181,8 @@ DECODING_FIELDS = {
 
 class Checkpointer:
     """The checkpoints of a run directory: `last.pt` after every validation (to resume),
-    `best.pt` whenever the dev score improved (to decode and test).
+    `best.pt` whenever the dev score improved (to decode and test, unless the run averages
+    it with `last.pt` at its end into `final.pt`, `train.average_best_last`).
 
     A validation that improved writes `last.pt`, then `best.pt`, each atomically. Killed
     between the two, `last.pt` records a best update that `best.pt` does not hold yet; but

@@ -786,8 +786,8 @@ def build(transducer: Any) -> nn.Module:
 def export(
     model_path: str | os.PathLike[str], out: str | os.PathLike[str], format: str = "torchscript"
 ) -> dict[str, Any]:
-    """Export a run directory's best model (or a checkpoint) to `out`, written whole or not
-    at all. Returns the metadata stored in the file."""
+    """Export a run directory's model (final.pt or best.pt; or a checkpoint) to `out`,
+    written whole or not at all. Returns the metadata stored in the file."""
     from transduce import checkpoint
     from transduce.inference import Transducer
     from transduce.version import __version__

@@ -113,6 +113,9 @@ def init_from(
     record: dict[str, Any] = {
         "checkpoint": payload.get("path", str(path)),
         "update": ((payload.get("training") or {}).get("progress") or {}).get("update"),
+        # an averaged checkpoint (final.pt, `transduce average`) has no update of its own:
+        # the checkpoints and updates it averages
+        "averaged": payload.get("averaged"),
         "weights_copied": counts["copied"],
         "weights_by_symbol": counts["by_symbol"],
     }

@@ -46,7 +46,7 @@ from transduce.compiling import compile_forward
 from transduce.data.batching import plan_batches
 from transduce.data.prepare import MANIFEST
 from transduce.distributed import World
-from transduce.errors import ConfigError, out_of_memory
+from transduce.errors import CheckpointError, ConfigError, out_of_memory
 from transduce.faults import fault_point
 from transduce.io import atomic_write_text, remove
 from transduce.metrics import get_metric
@@ -599,7 +599,13 @@ def average_best_last(
     it into the run's model (which it is from now on), validate it on dev
     (`dev_validation`) and say so; what train.json's `final` records."""
     paths = [files.best, files.last]
-    averaged = average(paths)
+    try:
+        averaged = average(paths)
+    except CheckpointError as error:  # e.g. the two written by versions that differ
+        raise CheckpointError(
+            f"{error}; train.average_best_last cannot average them: resume with --set "
+            "train.average_best_last=false to test best.pt"
+        ) from None
     averaged["averaged"]["checkpoints"] = [path.name for path in paths]
     save(files.final, averaged)
     state.model.load_state_dict(averaged["model"])

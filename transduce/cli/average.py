@@ -64,6 +64,7 @@ def average_command(
         files = [Path(p) for p in paths]
     payload = average(files)
     checkpoint.save(out, payload)
-    numbers = payload["averaged"]["updates"]
+    numbers = payload["averaged"]["updates"]  # None: an averaged one, of no one update
     updates = f"update{'s' if len(numbers) != 1 else ''} {', '.join(map(str, numbers))}"
-    ui.info(f"averaged {plural(len(files), 'checkpoint')} ({updates}) into {out}")
+    said = f" ({updates})" if None not in numbers else ""
+    ui.info(f"averaged {plural(len(files), 'checkpoint')}{said} into {out}")
