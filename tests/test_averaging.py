@@ -231,14 +231,17 @@ def test_a_run_that_averages_makes_final_pt_the_mean_of_best_and_last(averaged_r
 
 
 def test_the_test_split_is_decoded_with_the_averaged_model(averaged_run: Path, tmp_path: Path):
-    sources = [
-        line.split("\t")[0]
-        for line in (averaged_run.parent / "test.tsv").read_text("utf-8").splitlines()
-    ]
-    words = tmp_path / "words.txt"
-    words.write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    words = _test_sources(averaged_run, tmp_path)
     predicted = (averaged_run / "test.predictions").read_text("utf-8").splitlines()
     assert predicted == _decode(averaged_run, "final.pt", words)
+
+
+def _test_sources(run: Path, tmp_path: Path) -> Path:
+    """The toy task's test sources, a line each, in a file to decode."""
+    lines = (run.parent / "test.tsv").read_text("utf-8").splitlines()
+    words = tmp_path / "words.txt"
+    words.write_text("".join(line.split("\t")[0] + "\n" for line in lines), encoding="utf-8")
+    return words
 
 
 def _decode(run: Path, model: str, words: Path) -> list[str]:
@@ -261,12 +264,7 @@ def test_resuming_with_the_option_switched_tests_the_model_it_names(
     run = tmp_path / "run"
     shutil.copytree(averaged_run, run)
     config = averaged_run.parent / "recipe.yaml"
-    sources = [
-        line.split("\t")[0]
-        for line in (averaged_run.parent / "test.tsv").read_text("utf-8").splitlines()
-    ]
-    words = tmp_path / "words.txt"
-    words.write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    words = _test_sources(averaged_run, tmp_path)
     before = json.loads((averaged_run / "train.json").read_text(encoding="utf-8"))
 
     def resume(average: bool) -> tuple[dict, str]:

@@ -476,8 +476,8 @@ def ranking(experiment: Experiment, directory: Path) -> dict[str, Any]:
                 if cell.system != trial or report is None:
                     continue
                 best = report.best  # by the run's model's dev score (final.pt's, if any)
-                score = (report.final.get("dev_scores") or {}).get(best.get("metric"))
-                score = best.get("score") if not report.final else score
+                final = report.final.get("dev_scores") or {}
+                score = final.get(best.get("metric")) if report.final else best.get("score")
                 if isinstance(score, int | float) and best.get("metric") in METRICS:
                     metric = metric or best["metric"]
                     per_dataset.setdefault(cell.dataset, []).append(float(score))
