@@ -303,6 +303,30 @@ def test_a_new_checkpoint_removes_a_final_pt_of_an_earlier_session(tmp_path: Pat
     assert not (tmp_path / "final.pt").exists() and (tmp_path / "last.pt").is_file()
 
 
+def test_a_new_checkpoint_retires_the_report_of_an_earlier_end(tmp_path: Path):
+    """An earlier session's train.json that says the run stopped: rewritten as a run not
+    stopped, without its test scores and averaged model; one not stopped, or damaged,
+    is left as it is (byte for byte)."""
+    ended = {
+        "stop": "reached max_updates (30)", "test": {"acc": 90.0}, "final": {"updates": [5, 30]},
+        "test_monotonicity": {"mono": 99.0}, "history": [{"update": 5}], "config": {},
+        "data": {"test_predictions_sha256": "ab", "test_sources": 3},
+    }  # fmt: skip
+    report = tmp_path / "train.json"
+    report.write_text(json.dumps(ended), encoding="utf-8")
+    checkpoint.Checkpointer(tmp_path).save({"model": {}}, improved=False)
+    now = json.loads(report.read_text(encoding="utf-8"))
+    assert now == {
+        **ended, "stop": None, "test": None, "final": None, "test_monotonicity": None,
+        "data": {"test_predictions_sha256": None, "test_sources": 3},
+    }  # fmt: skip
+    assert not RunReport(now).finished
+    for text in (json.dumps(now, indent=3), '{"stop": "reached", "test": '):
+        report.write_text(text, encoding="utf-8")
+        checkpoint.Checkpointer(tmp_path).save({"model": {}}, improved=False)
+        assert report.read_text(encoding="utf-8") == text
+
+
 def test_the_report_reads_dev_from_the_averaged_model():
     history = [
         {"update": 5, "dev_scores": {"acc": 50.0}},

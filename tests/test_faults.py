@@ -22,6 +22,7 @@ import torch
 import yaml
 
 from transduce import checkpoint
+from transduce.experiments.runner import finished
 from transduce.runs import LOCK
 
 from .conftest import transduce_env
@@ -697,3 +698,29 @@ def test_an_averaging_run_killed_at_its_end_resumes_to_the_same_final_pt(
     assert finals[0] == finals[1] and finals[0]["updates"][1] == UPDATES
     leftovers = sorted(p.name for p in run.iterdir() if p.name.startswith("."))
     assert leftovers == [], leftovers
+
+
+def test_a_finished_run_trained_on_and_killed_does_not_say_it_finished(averaging, tmp_path: Path):
+    """A finished run continued to a higher update limit and killed after its first new
+    checkpoints: train.json no longer reports the earlier end (its test scores were
+    final.pt's, which is gone), so an experiment continues the cell; resumed, the run
+    ends as one trained to the new limit without a stop."""
+    config, whole = averaging
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    more = ("--set", f"train.max_updates={UPDATES + 2 * EVERY}")
+    killed = train(config, run, "--resume", *more, fault="after-best@1:KILL")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    before = json.loads((whole / "train.json").read_text("utf-8"))
+    report = json.loads((run / "train.json").read_text("utf-8"))
+    assert before["stop"] and before["test"] and before["final"]  # what was there
+    assert report["stop"] is None and report["test"] is None and report["final"] is None
+    assert report["data"]["test_predictions_sha256"] is None
+    assert report["history"] == before["history"]  # the rest as it was
+    assert not finished(run) and not (run / "final.pt").exists()
+    resumed = train(config, run, "--resume", *more)
+    assert resumed.returncode == 0, resumed.stderr
+    straight = train(config, tmp_path / "straight", *more)
+    assert straight.returncode == 0, straight.stderr
+    assert outcome(run) == outcome(tmp_path / "straight") and finished(run)
+    assert same_weights(run / "final.pt", tmp_path / "straight" / "final.pt")

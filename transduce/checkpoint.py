@@ -271,8 +271,11 @@ class Checkpointer:
         last.pt, then best.pt if it `improved`, then the pruning of the kept ones.
         Between validations (a Ctrl-C): last.pt only. A final.pt of an earlier session
         (`train.average_best_last`) is removed first: it averages a last.pt that is no
-        longer the last, and the run's model is best.pt again until training ends."""
+        longer the last, and the run's model is best.pt again until training ends; and
+        an earlier session's train.json says no more that the run stopped
+        (`runs.training_on`)."""
         remove(self.run_dir / FINAL)
+        runs.training_on(self.run_dir)
         keeping = score is not None and bool(self.keep_best or self.keep_last)
         if keeping:
             assert score is not None
