@@ -48,10 +48,16 @@ def outputs(experiment: str) -> list[tuple[str, Path, dict]]:
 
 
 def raw_test_file(config: dict, data: Path) -> Path:
-    """The run's raw test file, under the shared data."""
+    """The run's raw test file, under the shared data: the path after `/shared/data/`, or
+    for a run that read a copy of the data elsewhere (a lent GPU machine's `.gpudata/`),
+    the longest tail of its path that names a file under the shared data."""
     path = config["data"]["test"][0]
     marker = "/shared/data/"
-    return data / path.split(marker, 1)[1] if marker in path else Path(path)
+    if marker in path:
+        return data / path.split(marker, 1)[1]
+    parts = Path(path).parts
+    tails = (data.joinpath(*parts[i:]) for i in range(1, len(parts)))
+    return next((tail for tail in tails if tail.is_file()), Path(path))
 
 
 def run_config(predictions: Path) -> dict:
