@@ -771,6 +771,7 @@ NO_PUBLISHED_NUMBERS = {
     "wu2018-inflection-medium-small",
     "dufter2020-pos-ewt",
     "small-data-search-g2p",  # dev searches: nothing published to compare
+    "small-data-probe-g2p-average",  # a dev probe of the averaging
     "small-data-search-inflection",
 }
 

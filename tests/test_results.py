@@ -56,7 +56,8 @@ def raw_test_file(config: dict, data: Path) -> Path:
     if marker in path:
         return data / path.split(marker, 1)[1]
     parts = Path(path).parts
-    tails = (data.joinpath(*parts[i:]) for i in range(1, len(parts)))
+    first = 1 if Path(path).is_absolute() else 0
+    tails = (data.joinpath(*parts[i:]) for i in range(first, len(parts) - 1))  # a folder too
     return next((tail for tail in tails if tail.is_file()), Path(path))
 
 

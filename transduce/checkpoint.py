@@ -274,8 +274,8 @@ class Checkpointer:
         longer the last, and the run's model is best.pt again until training ends; and
         an earlier session's train.json says no more that the run stopped
         (`runs.training_on`)."""
+        runs.training_on(self.run_dir)  # first: killed in between, final.pt is still there
         remove(self.run_dir / FINAL)
-        runs.training_on(self.run_dir)
         keeping = score is not None and bool(self.keep_best or self.keep_last)
         if keeping:
             assert score is not None
