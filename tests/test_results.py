@@ -25,7 +25,11 @@ SIGMORPHON2017 = (
     "small-data-sigmorphon2017-low",
     "small-data-search-inflection",
 )
-SIGMORPHON2020 = ("small-data-sigmorphon2020-g2p", "small-data-search-g2p")
+SIGMORPHON2020 = (
+    "small-data-sigmorphon2020-g2p",
+    "small-data-search-g2p",
+    "small-data-probe-g2p-average",
+)
 
 
 def outputs(experiment: str) -> list[tuple[str, Path, dict]]:
