@@ -703,8 +703,8 @@ def test_an_averaging_run_killed_at_its_end_resumes_to_the_same_final_pt(
 def test_a_finished_run_trained_on_and_killed_does_not_say_it_finished(averaging, tmp_path: Path):
     """A finished run continued to a higher update limit and killed after its first new
     checkpoints: train.json no longer reports the earlier end (its test scores were
-    final.pt's, which is gone), so an experiment continues the cell; resumed, the run
-    ends as one trained to the new limit without a stop."""
+    final.pt's, which is gone), so an experiment does not take it for finished; resumed,
+    the run ends as one trained to the new limit without a stop."""
     config, whole = averaging
     run = tmp_path / "run"
     shutil.copytree(whole, run)

@@ -119,17 +119,17 @@ def training_on(run_dir: Path) -> None:
     model, or interrupted), is rewritten as a run not stopped yet: `stop`, `test`,
     `test_monotonicity`, `final` and the predictions' hash set to None, the rest as it was.
     So a session killed before it ends (kill -9, a crash) leaves no report of a finished
-    run whose test scores are another model's (`experiment run` continues it; its
-    test.predictions, untouched, are no longer vouched for). Called before a new last.pt.
+    run whose test scores are another model's (`experiment run` does not take it for
+    finished; its test.predictions, untouched, are no longer vouched for). Called before
+    a new last.pt.
     """
     path = Path(run_dir) / REPORT
     report = RunReport.read(path) if path.exists() else None
     if report is None or report.stop is None:
         return
-    fields = {**report.fields, "stop": None, "test": None, "test_monotonicity": None}
-    fields["final"] = None
-    fields["data"] = {**(report.get("data") or {}), "test_predictions_sha256": None}
-    RunReport(fields).to_json(path)
+    data = {**(report.get("data") or {}), "test_predictions_sha256": None}
+    gone = {"stop": None, "test": None, "test_monotonicity": None, "final": None, "data": data}
+    RunReport({**report.fields, **gone}).to_json(path)
 
 
 # the shape of what is read from a train.json: key -> the kinds it may be
