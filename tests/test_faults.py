@@ -347,6 +347,34 @@ def test_resume_mid_epoch_with_other_batches_is_refused_and_changes_nothing(toy,
     assert fine.returncode == 0, fine.stderr
 
 
+def test_resume_past_a_lower_limit_is_refused_and_changes_nothing(toy, tmp_path: Path):
+    """A run trained on to 6 updates (a session with a higher limit), then resumed with
+    a lower one: it stopped at once and reported a model trained past the limit it
+    named, which `experiment run` took for its cell's run. Now refused in one line, no
+    file changed; resumed with its own limits, it stops at once as before."""
+    config = write_recipe(tmp_path / "recipe.yaml", toy, batch_size=128, max_epochs=100)
+    run = tmp_path / "run"
+    assert train(config, run, "--set", "train.max_updates=6").returncode == 0
+    epochs = json.loads((run / "train.json").read_text())["epochs"]
+    assert epochs >= 2  # whole epochs of 128 of the toy's pairs: 6 updates end one
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    for extra, said in (
+        (["train.max_updates=3"], "has trained 6 updates, past train.max_updates 3 of this"),
+        (
+            ["train.max_updates=6", f"train.max_epochs={epochs - 1}"],
+            f"epochs, past train.max_epochs {epochs - 1} of this",
+        ),
+    ):
+        result = train(config, run, "--resume", *[a for e in extra for a in ("--set", e)])
+        assert result.returncode == 2, result.stderr
+        assert said in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    fine = train(config, run, "--resume", "--set", "train.max_updates=6")
+    assert fine.returncode == 0, fine.stderr
+    assert json.loads((run / "train.json").read_text())["updates"] == 6
+
+
 def test_a_failed_resume_leaves_every_file_as_it_was(reference, tmp_path: Path):
     """Item 3: `--resume --set model.encoder_size=64` rewrote config.yaml before failing."""
     _, whole = reference

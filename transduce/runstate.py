@@ -4,8 +4,8 @@ how both go into a checkpoint and come back, and what a resumed run must agree w
 `Trainer` (the loop) holds one `RunState`; this module is the checkpoint round trip of it:
 `RunState.checkpoint` writes what `RunState.restore` reads back, so that a run stopped at a
 validation and resumed ends with the same weights, bit for bit, on the CPU
-(`transduce.training`). `check_resumed` and `check_plan` are the checks a resumed run
-passes before anything in its run directory changes.
+(`transduce.training`). `check_resumed`, `check_plan` and `check_limits` are the checks a resumed
+run passes before anything in its run directory changes.
 """
 
 from __future__ import annotations
@@ -302,6 +302,25 @@ def check_plan(progress: Progress, batches: list[list[int]], last: Path) -> None
             f"configuration and data that epoch has other batches ({len(batches)}); "
             "resume with the run's train.batch_size, batch_by, bucketing, seed and data"
         )
+
+
+def check_limits(progress: Progress, train: configuration.TrainConfig, last: Path) -> None:
+    """A resumed run must not be past a limit of its configuration already: a checkpoint
+    trained further (in a session with a higher train.max_updates or max_epochs) would
+    stop at once and report a model trained past the limit it names, and an experiment
+    would take it for its cell's run. A `ConfigError` names the checkpoint and both
+    numbers; a run stopped exactly at the limit resumes (and stops) as before."""
+    limits = (
+        ("max_updates", train.max_updates, progress.update, "updates"),
+        ("max_epochs", train.max_epochs, progress.epoch, "epochs"),
+    )
+    for key, limit, done, unit in limits:
+        if limit is not None and done > limit:
+            raise ConfigError(
+                f"{last}: has trained {done:,} {unit}, past train.{key} {limit:,} of this "
+                f"configuration (an earlier session had a higher limit); resume with "
+                f"--set train.{key}={done} or more, or train again in another --out"
+            )
 
 
 def plan_digest(batches: list[list[int]]) -> str:

@@ -57,7 +57,14 @@ from transduce.preflight import check_start, preflight
 from transduce.progress import Reporter
 from transduce.runlog import MetricsLog
 from transduce.runs import RunDir, RunReport
-from transduce.runstate import Progress, RunState, check_plan, check_resumed, plan_digest
+from transduce.runstate import (
+    Progress,
+    RunState,
+    check_limits,
+    check_plan,
+    check_resumed,
+    plan_digest,
+)
 from transduce.schedules import Schedule
 from transduce.tasks import Task, TaskData
 
@@ -334,6 +341,7 @@ class Trainer:
         self._resumed_at = None if state is None else progress.update
         if state is not None:
             check_plan(progress, self.batches(self.state.data, progress.epoch), self.files.last)
+            check_limits(progress, t, self.files.last)
         repairs = clean(self.checkpoints.stale_temporaries())
         repairs += self.checkpoints.check(state) if state is not None else []
         for message in [f"run directory: {self.run_dir}", *self.notes, *repairs]:
