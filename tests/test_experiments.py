@@ -213,7 +213,11 @@ def test_a_killed_runner_leaves_no_training_process_and_a_rerun_resumes(tmp_path
     # bounded where the further one stopped (a limit it has passed is refused)
     bound = max(json.loads((run / "train.json").read_text())["updates"] for run in runs)
     (tmp_path / "lstm.yaml").write_text(
-        yaml.safe_dump(recipe(prepared, TINY_LSTM, precision="fp32", threads=1, max_updates=bound))
+        yaml.safe_dump(
+            recipe(
+                prepared, TINY_LSTM, precision="fp32", threads=1, **dict(long, max_updates=bound)
+            )
+        )
     )
     again = run_experiment("run", experiment, "--out", out, "--workers", "2", cwd=tmp_path)
     assert again.returncode == 0, again.stderr

@@ -22,8 +22,11 @@ import torch
 import yaml
 
 from transduce import checkpoint
+from transduce import config as configuration
+from transduce.errors import ConfigError
 from transduce.experiments.runner import finished
 from transduce.runs import LOCK
+from transduce.runstate import Progress, check_limits
 
 from .conftest import transduce_env
 from .toy import TINY_LSTM, recipe, write_task
@@ -752,3 +755,32 @@ def test_a_finished_run_trained_on_and_killed_does_not_say_it_finished(averaging
     assert straight.returncode == 0, straight.stderr
     assert outcome(run) == outcome(tmp_path / "straight") and finished(run)
     assert same_weights(run / "final.pt", tmp_path / "straight" / "final.pt")
+
+
+@pytest.mark.parametrize(
+    ("progress", "limits", "refused"),
+    [
+        ({"update": 6}, {"max_updates": 6}, None),  # stopped at it: resumes, stops
+        ({"update": 7}, {"max_updates": 6}, "has trained 7 updates, past train.max_updates 6"),
+        ({"update": 7}, {"max_updates": None, "max_epochs": 5}, None),
+        ({"epoch": 2}, {"max_epochs": 2}, None),  # an epoch limit stops at an epoch's end
+        (
+            {"epoch": 2, "batch": 3},
+            {"max_epochs": 2},
+            "2 epochs and 3 batches, past train.max_epochs 2",
+        ),
+        ({"epoch": 3}, {"max_epochs": 2}, "has trained 3 epochs, past train.max_epochs 2"),
+        ({"epoch": 1, "batch": 3}, {"max_epochs": 2}, None),
+    ],
+)
+def test_check_limits_by_hand(progress, limits, refused):
+    """`runstate.check_limits`: past a limit is refused, with what was trained and the
+    least limit that resumes it; at it or under it is not (a part of an epoch counts)."""
+    train = configuration.TrainConfig(**{"max_updates": None, "max_epochs": None, **limits})
+    state = Progress(**progress)
+    if refused is None:
+        check_limits(state, train, Path("run/last.pt"))
+        return
+    with pytest.raises(ConfigError, match=refused) as error:
+        check_limits(state, train, Path("run/last.pt"))
+    assert str(error.value).startswith("run/last.pt: ") and "\n" not in str(error.value)

@@ -306,20 +306,36 @@ def check_plan(progress: Progress, batches: list[list[int]], last: Path) -> None
 
 def check_limits(progress: Progress, train: configuration.TrainConfig, last: Path) -> None:
     """A resumed run must not be past a limit of its configuration already: a checkpoint
-    trained further (in a session with a higher train.max_updates or max_epochs) would
-    stop at once and report a model trained past the limit it names, and an experiment
-    would take it for its cell's run. A `ConfigError` names the checkpoint and both
-    numbers; a run stopped exactly at the limit resumes (and stops) as before."""
+    trained further (in a session with a higher train.max_updates or max_epochs, or none)
+    would stop at once and report a model trained past the limit it names, and an
+    experiment would take it for its cell's run. A `ConfigError` names the checkpoint,
+    what it trained and the limit; a run stopped exactly at the limit (`Limits` stops at
+    it, an epoch limit at an epoch's end) resumes, and stops, as before."""
+    whole = f"{progress.epoch:,} epochs"
+    if progress.batch:
+        whole += f" and {progress.batch:,} batches"
     limits = (
-        ("max_updates", train.max_updates, progress.update, "updates"),
-        ("max_epochs", train.max_epochs, progress.epoch, "epochs"),
+        (
+            "max_updates",
+            train.max_updates,
+            progress.update > (train.max_updates or 0),
+            f"{progress.update:,} updates",
+            progress.update,
+        ),
+        (
+            "max_epochs",
+            train.max_epochs,
+            (progress.epoch, progress.batch) > (train.max_epochs or 0, 0),
+            whole,
+            progress.epoch + (1 if progress.batch else 0),
+        ),
     )
-    for key, limit, done, unit in limits:
-        if limit is not None and done > limit:
+    for key, limit, past, done, enough in limits:
+        if limit is not None and past:
             raise ConfigError(
-                f"{last}: has trained {done:,} {unit}, past train.{key} {limit:,} of this "
-                f"configuration (an earlier session had a higher limit); resume with "
-                f"--set train.{key}={done} or more, or train again in another --out"
+                f"{last}: has trained {done}, past train.{key} {limit:,} of this "
+                f"configuration (an earlier session had a higher limit, or none); resume "
+                f"with train.{key} {enough} or more, or train again in another --out"
             )
 
 
