@@ -116,13 +116,13 @@ def whatif(directory: Path, patterns: list[str], variants: list[tuple[int, int, 
                 "the validations or the update limit; the replay takes constant, "
                 "inverse_sqrt and sockeye_inv_sqrt ones"
             )
-        runs.append((cell, report.get("history"), train, report.get("best") or {}))
+        higher = get_metric(train["select_on"]).higher_is_better
+        runs.append((cell, report.get("history"), train, higher, report.get("best") or {}))
     if not runs:
         raise SystemExit(f"{directory}: no finished run with a dev history matches")
     own, results = [], []
-    for cell, history, train, recorded in runs:
+    for cell, history, train, higher, recorded in runs:
         metric = train["select_on"]
-        higher = get_metric(metric).higher_is_better
         cap = train.get("max_updates") or history[-1]["update"]
         best, trained, _ = replay(
             history, metric, higher, train["patience"], train["validate_every"], cap
@@ -135,16 +135,16 @@ def whatif(directory: Path, patterns: list[str], variants: list[tuple[int, int, 
         own.append((best, trained))
     for patience, every, cap in variants:
         scores, diffs, updates, undecided = [], [], 0, 0
-        for (cell, history, train, _), (own_best, _) in zip(runs, own):
+        for (cell, history, train, higher, _), (own_best, _) in zip(runs, own):
             if every % train["validate_every"]:
                 raise SystemExit(
                     f"{cell}: validated every {train['validate_every']} updates; EVERY "
                     f"{every} must be a multiple of it"
                 )
-            metric = train["select_on"]
-            higher = get_metric(metric).higher_is_better
             try:
-                best, trained, decided = replay(history, metric, higher, patience, every, cap)
+                best, trained, decided = replay(
+                    history, train["select_on"], higher, patience, every, cap
+                )
             except ValueError as error:
                 raise SystemExit(f"{cell}: {error} (EVERY {every}, CAP {cap})") from None
             scores.append(best)
@@ -167,7 +167,7 @@ def whatif(directory: Path, patterns: list[str], variants: list[tuple[int, int, 
         "benchmark": "early_stopping_whatif",
         "directory": str(directory),
         "runs": len(runs),
-        "metric": sorted({train["select_on"] for _, _, train, _ in runs}),
+        "metric": sorted({train["select_on"] for _, _, train, _, _ in runs}),
         "own_best_dev_mean": round(statistics.mean(b for b, _ in own), 3),
         "own_updates": sum(u for _, u in own),
         "variants": results,
