@@ -289,6 +289,22 @@ def test_subword_models_are_refused():
         exporting.build(subwords)
 
 
+def test_a_normalized_source_is_refused():
+    """The export cuts raw text itself and has no Unicode normalization: a model whose
+    source was put in NFD (tsv's `source_normalize`) is refused in one line."""
+    from transduce.data.sides import Sides
+
+    normalized = SimpleNamespace(
+        members=[None],
+        sides=Sides.from_manifest(
+            {"source": {"unit": "char", "normalize": "nfd"}, "target": {"unit": "symbol"}}
+        ),
+    )
+    with pytest.raises(exporting.ExportError, match="Unicode NFD") as refused:
+        exporting.build(normalized)
+    assert "\n" not in str(refused.value)
+
+
 @pytest.mark.slow
 def test_nettalk_exports_decode_the_whole_test_split(shared, run, tmp_path):
     """The issue's check on real data: an LSTM, a hard-attention model and a transformer

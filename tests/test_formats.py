@@ -313,3 +313,27 @@ def test_sides_read_raw_input_and_write_text_as_their_manifest_says():
     assert Side.of("char").detokenize(["a", "<space>", "b"]) == "a b"
     conllu = FORMATS["conllu"]().sides()
     assert conllu.target.tag_column == "upos" and conllu.source.tag_column is None
+
+
+def test_tsv_source_normalize_cuts_hangul_into_jamo_in_prepare_and_decode():
+    """`source_normalize: nfd`: the Hangul syllable 한 (U+D55C) is the jamo U+1112 U+1161
+    U+11AB (Unicode's arithmetic decomposition, checked by hand: 0xD55C - 0xAC00 = 10,588
+    = (18 * 21 + 0) * 28 + 4, so lead 18, vowel 0, tail 4), é is e and U+0301; the target is
+    left as it is, and decode's raw input (NFC or not) is cut as training's source was."""
+    from transduce.data.sides import Sides
+
+    line = "한é\th a n\n"
+    examples, _, reader = read("tsv", text(line), source_normalize="nfd")
+    assert examples[0].source == ("\u1112", "\u1161", "\u11ab", "e", "\u0301")
+    assert examples[0].target == ("h", "a", "n")
+    sides = Sides.from_manifest(reader.sides().to_manifest())
+    assert sides.source.normal_form == "nfd" and sides.target.normal_form is None
+    assert sides.read_input("한é", 1, "in") == examples[0].source
+    assert sides.read_input("\u1112\u1161\u11abe\u0301", 1, "in") == examples[0].source
+    plain, _, plain_reader = read("tsv", text(line))
+    assert plain[0].source == ("한", "é")
+    assert plain_reader.sides().to_manifest()["source"] == {"unit": "char"}  # as before
+    composed, _, _ = read("tsv", text("\u1112\u1161\u11ab\th a n\n"), source_normalize="nfc")
+    assert composed[0].source == ("한",)
+    with pytest.raises(ConfigError, match="--source-normalize must be none, nfc, nfd"):
+        get_format("tsv", source_normalize="NFD ")

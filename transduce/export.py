@@ -599,6 +599,13 @@ def _refuse_unless_exportable(transducer: Any) -> None:
             )
         if unit not in (tokens.CHAR, tokens.SYMBOL, tokens.WORD):
             raise ExportError(f"the {side} side's unit {unit!r} cannot be exported")
+        form = sides.get(side).normal_form
+        if form is not None:
+            raise ExportError(
+                f"a model whose {side} text is put in Unicode {form.upper()} "
+                "(source_normalize): the export has no Unicode normalization yet, so it "
+                "cannot be exported; decode it with `transduce decode`"
+            )
 
 
 def _text_spec(transducer: Any) -> dict[str, Any]:

@@ -319,6 +319,13 @@ class TsvOptions(HallucinationOptions, Options):
     features_sep: str = option(
         defaults.FEATURES_SEP, "Separator inside the features column.", shown=defaults.FEATURES_SEP
     )
+    source_normalize: str = option(
+        "none",
+        "Unicode normal form of the source text before it is cut: nfd splits Hangul syllables "
+        "into their jamo and accented letters into letter and mark; decode does the same.",
+        shown="none",
+        choices=("none", *tokens.NORMAL_FORMS),
+    )
 
 
 class Tsv(LineFormat):
@@ -354,6 +361,11 @@ class Tsv(LineFormat):
                 raise ConfigError(f"{flag} must be char, symbol or auto, not {unit!r}")
         if not o.features_sep:
             raise ConfigError("--features-sep must not be empty")
+        if o.source_normalize not in ("none", *tokens.NORMAL_FORMS):
+            raise ConfigError(
+                f"--source-normalize must be none, {', '.join(tokens.NORMAL_FORMS)}, "
+                f"not {o.source_normalize!r}"
+            )
 
     def read(self, files: Sequence[InputFile], ctx: ReadContext) -> list[Example]:
         o = self.options
@@ -401,7 +413,10 @@ class Tsv(LineFormat):
                 line,
             )
             ctx.problems.note_ignored(note, ctx.split)
-        source = self._field(cols[o.source_col - 1], o.source_unit, "source", file, number)
+        raw_source = cols[o.source_col - 1]
+        if o.source_normalize != "none":
+            raw_source = tokens.normalize(raw_source, o.source_normalize)
+        source = self._field(raw_source, o.source_unit, "source", file, number)
         if not source:
             raise DataError(f"empty source field (column {o.source_col})", file.name, number, line)
         target = None
@@ -440,7 +455,10 @@ class Tsv(LineFormat):
         features = None
         if o.features_col is not None:
             features = Side.of(tokens.SYMBOL, separator=o.features_sep)
-        return Sides(Side.of(o.source_unit), Side.of(o.target_unit), features)
+        # a source normalized records its form (decode applies it to raw input); a source
+        # not normalized keeps the spec it always had, so older manifests read the same
+        normal = {} if o.source_normalize == "none" else {"normalize": o.source_normalize}
+        return Sides(Side.of(o.source_unit, **normal), Side.of(o.target_unit), features)
 
 
 # ----------------------------------------------------------------------------- cmudict

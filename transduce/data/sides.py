@@ -7,7 +7,8 @@ into the manifest (`Sides.to_manifest`: a JSON object per side, the "side spec",
 them back (`Sides.from_manifest`) and ask them, instead of probing the spec's keys:
 
 - `Sides.read_input(line)`: a line of raw input (decode's) as the model's source symbols:
-  the text cut by the source's unit (lower-cased where the format did), a lemma and its
+  the text cut by the source's unit (lower-cased or Unicode-normalized where the format
+  did), a lemma and its
   tags (`lemma<TAB>V;PST`, inflection), or text and its features (`text<TAB>f1;f2`);
 - `Side.detokenize(symbols)`: output symbols as the target's own text;
 - `Side.score_unit`: the unit `score` compares that text in.
@@ -79,6 +80,13 @@ class Side:
         return bool(self.spec.get("lowercase"))
 
     @property
+    def normal_form(self) -> str | None:
+        """The Unicode normal form the format put this side's text in (tsv's
+        `source_normalize`: nfd, ...), or None: the text as it was."""
+        form = self.spec.get("normalize")
+        return None if form is None else str(form)
+
+    @property
     def tagged(self) -> bool:
         """A lemma with its tags (`lemma<TAB>tags` in raw input): inflection's source."""
         return "tags" in self.spec
@@ -104,7 +112,10 @@ class Side:
 
     def cut(self, text: str, segment: Callable[[list[str]], list[str]] | None = None) -> list[str]:
         """Raw text as this side's symbols: lower-cased where the format did, cut into
-        characters, symbols or words, or into subwords by `segment` (the data's BPE)."""
+        characters, symbols or words, or into subwords by `segment` (the data's BPE); put
+        first in the side's Unicode normal form where it has one."""
+        if self.normal_form is not None:
+            text = tokens.normalize(text, self.normal_form)
         if self.lowercase:
             text = text.lower()
         if self.unit == tokens.CHAR:

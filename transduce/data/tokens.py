@@ -10,8 +10,9 @@ what `score` compares): characters joined for `char`, symbols joined by spaces f
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from transduce.errors import ConfigError
 from transduce.special import escape, escape_char, unescape
@@ -27,6 +28,27 @@ SUBWORD_NMT = "subword-nmt"
 SENTENCEPIECE = "sentencepiece"
 SUBWORD_NMT_SEPARATOR = "@@"  # subword-nmt's continuation marker, "Jah@@ re"
 SENTENCEPIECE_SPACE = "\u2581"  # sentencepiece's word-start marker, "▁Jahre"
+
+# Unicode normal forms a side's text can be put in before it is cut (`normalize`)
+_FORMS: dict[str, Literal["NFC", "NFD", "NFKC", "NFKD"]] = {
+    "nfc": "NFC",
+    "nfd": "NFD",
+    "nfkc": "NFKC",
+    "nfkd": "NFKD",
+}
+NORMAL_FORMS = tuple(_FORMS)
+
+
+def normalize(text: str, form: str) -> str:
+    """`text` in the Unicode normal `form` (one of NORMAL_FORMS).
+
+    nfd: canonical decomposition, e.g. the Hangul syllable "한" (U+D55C) becomes its three
+    conjoining jamo U+1112 U+1161 U+11AB, and "é" becomes "e" and U+0301; nfc composes
+    again; the k forms also fold compatibility characters ("ﬁ" -> "fi").
+    """
+    if form not in _FORMS:
+        raise ConfigError(f"unknown Unicode normal form {form!r} (valid: {', '.join(_FORMS)})")
+    return unicodedata.normalize(_FORMS[form], text)
 
 
 def chars(text: str) -> list[str]:
