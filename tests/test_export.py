@@ -2,7 +2,7 @@
 that cannot import transduce, for every family (LSTM with copy and input feeding, hard
 monotonic attention with copy, transformers with both position schemes, the tagger) and
 every kind of input line (characters, lemma<TAB>tags, lower-cased words, sentences of
-words, unknown characters that a model with copy copies)."""
+words, unknown characters that a model with copy copies, a source put in NFD)."""
 
 from __future__ import annotations
 
@@ -69,6 +69,14 @@ def models(tmp_path_factory) -> dict[str, tuple[Path, list[str]]]:
     payload["model"]["gate.state.bias"].fill_(-60.0)
     checkpoint.save(shut / "best.pt", payload)
     made["lstm-copy-shut"] = (shut, [*chars, *UNSEEN])
+    # the same model as one whose source text was put in NFD (tsv's source_normalize):
+    # raw input is decomposed before it is cut, here as in `transduce decode`
+    nfd = root / "lstm-copy-nfd"
+    shutil.copytree(made["lstm-copy-feeding"][0], nfd)
+    payload = checkpoint.load(nfd / "best.pt")
+    payload["sides"]["source"]["normalize"] = "nfd"
+    checkpoint.save(nfd / "best.pt", payload)
+    made["lstm-copy-nfd"] = (nfd, [*chars, "한국어", "ge\u0301\u0323a", "g\u1e0b\u0323c", "Åbé"])
 
     inflection = root / "inflection"
     prepare(
@@ -289,20 +297,64 @@ def test_subword_models_are_refused():
         exporting.build(subwords)
 
 
-def test_a_normalized_source_is_refused():
-    """The export cuts raw text itself and has no Unicode normalization: a model whose
-    source was put in NFD (tsv's `source_normalize`) is refused in one line."""
+def test_a_composed_source_is_refused():
+    """The export writes decompositions only: a model whose source was put in NFC (tsv's
+    `source_normalize`) is refused in one line; NFD and NFKD are written (below)."""
     from transduce.data.sides import Sides
 
-    normalized = SimpleNamespace(
-        members=[None],
-        sides=Sides.from_manifest(
-            {"source": {"unit": "char", "normalize": "nfd"}, "target": {"unit": "symbol"}}
-        ),
-    )
-    with pytest.raises(exporting.ExportError, match="Unicode NFD") as refused:
-        exporting.build(normalized)
-    assert "\n" not in str(refused.value)
+    for form, refused in (("nfc", True), ("nfkc", True), ("nfd", False), ("nfkd", False)):
+        sides = Sides.from_manifest(
+            {"source": {"unit": "char", "normalize": form}, "target": {"unit": "symbol"}}
+        )
+        transducer = SimpleNamespace(sides=sides)
+        if refused:
+            with pytest.raises(exporting.ExportError, match=f"Unicode {form.upper()}") as error:
+                exporting._refuse_unless_exportable(transducer)
+            assert "\n" not in str(error.value)
+        else:
+            exporting._refuse_unless_exportable(transducer)
+
+
+def test_the_decomposition_is_pythons_normal_form():
+    """`decompose_chars` as TorchScript runs it equals `unicodedata.normalize` (NFD and
+    NFKD) on Hangul, accents, marks out of canonical order, compatibility characters and
+    random text, and `Side.cut` (decode's) cuts to the same characters."""
+    import unicodedata
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from transduce.data import tokens
+    from transduce.data.sides import Side
+
+    chars = torch.jit.script(exporting.utf8_chars)
+    decompose = torch.jit.script(exporting.decompose_chars)
+    tables = {form: exporting._decompositions(form) for form in ("nfd", "nfkd")}
+    assert len(tables["nfd"][0]) > 11172  # every Hangul syllable, and more
+    samples = [
+        "한국어 읽기",
+        "é è ñ Å",
+        "e\u0301\u0323 \u1e0b\u0323 q\u0307\u0323",  # marks whose order NFD changes
+        "ﬁ ² Ⅻ ｶ",  # compatibility forms: NFKD only
+        "\u0344\u0f73",  # decompositions that start with a mark
+        "",
+    ]
+
+    def agree(text: str) -> None:
+        for form, (table, classes) in tables.items():
+            expected = unicodedata.normalize(form.upper(), text)
+            assert decompose(chars(text), table, classes) == list(expected), (form, text)
+            assert Side.of("char", normalize=form).cut(text) == tokens.chars(expected)
+
+    for text in samples:
+        agree(text)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(max_size=12))
+    def random_text(text):
+        agree(text)
+
+    random_text()
 
 
 @pytest.mark.slow

@@ -26,17 +26,19 @@ batches them.
 
 TorchScript strings are bytes (UTF-8): characters are cut by their UTF-8 lead byte, and
 whitespace, stripping and lower-casing use tables of Python's own answers for every code
-point (`str.isspace`, `str.lower`), written into the file, so a line is cut as Python cuts
-it. One difference is left: Python lower-cases a capital sigma to final ς by looking past
-case-ignorable characters (apostrophes, combining marks); the export looks at the
-neighbouring characters only. (And a copied unknown *word* whose text holds an escape's
+point (`str.isspace`, `str.lower`; for a source in NFD or NFKD, `unicodedata.normalize`
+of each character and `unicodedata.combining`), written into the file, so a line is cut
+as Python cuts it. One difference is left: Python lower-cases a capital sigma to final ς
+by looking past case-ignorable characters (apostrophes, combining marks); the export
+looks at the neighbouring characters only. (And a copied unknown *word* whose text holds an escape's
 spelling, such as `a<space>b` typed as such, is written as it is; `transduce decode`
 would write a space there. Copied characters are written alike.)
 
 The file decodes greedily, in float32 (a model trained in bf16 or fp16 too; the metadata
 says how it was trained): beam search and scores are not in it (TorchScript could express
 a beam; not written). Refused in one line (`ExportError`): subword (BPE) units, whose
-segmenters are not TorchScript; ensembles; and ONNX, whose standard operators cannot cut a
+segmenters are not TorchScript; a source put in NFC or NFKC (`source_normalize`: composing
+is not written); ensembles; and ONNX, whose standard operators cannot cut a
 UTF-8 string into characters, so its file could not hold the tokenization (an ids-in,
 ids-out ONNX graph is possible and not written).
 """
@@ -44,6 +46,7 @@ ids-out ONNX graph is possible and not written).
 import json
 import os
 import tempfile
+import unicodedata
 import warnings
 from pathlib import Path
 from typing import Any
@@ -60,6 +63,7 @@ from transduce.models import Seq2SeqModel, Tagger
 from transduce.special import BOS_ID, EOS_ID, PAD_ID, SEP, SPACE, SPECIALS, UNK_ID, unescape
 
 FORMATS = ("torchscript",)
+EXPORTED_FORMS = ("nfd", "nfkd")  # of tsv's source_normalize: decompositions, by table
 # sinusoidal position tables are exported with this many positions: a longer input is an
 # error, and outputs stop there, as with learned positions
 POSITIONS = 1024
@@ -97,6 +101,59 @@ def _lower() -> tuple[dict[str, str], dict[str, bool]]:
         if low != char or char.upper() != char:
             cased[char] = True
     return lower, cased
+
+
+def _decompositions(form: str) -> tuple[dict[str, str], dict[str, int]]:
+    """For NFD or NFKD (`form`, as `tokens.NORMAL_FORMS` spells it): Python's full
+    decomposition of each code point where it changes it (`unicodedata.normalize` of the
+    character alone; 11,172 of them are Hangul syllables), and the canonical combining
+    class of each code point whose class is not 0 (`unicodedata.combining`)."""
+    if form not in EXPORTED_FORMS:
+        raise ExportError(f"the export writes {' and '.join(EXPORTED_FORMS)}, not {form!r}")
+    table, classes = {}, {}
+    for point in range(0x110000):
+        if 0xD800 <= point < 0xE000:  # surrogates: not characters of a str read from text
+            continue
+        char = chr(point)
+        parts = tokens.normalize(char, form)
+        if parts != char:
+            table[char] = parts
+        if unicodedata.combining(char):
+            classes[char] = unicodedata.combining(char)
+    return table, classes
+
+
+def decompose_chars(chars: list[str], table: dict[str, str], classes: dict[str, int]) -> list[str]:
+    """`unicodedata.normalize("NFD")` (or NFKD, by `table`), character by character: each
+    character's full decomposition, then the marks of each run of characters with a
+    combining class other than 0 sorted stably by their class (the Unicode Standard's
+    canonical ordering, sec. 3.11: a decomposition may put a mark after marks of a
+    higher class, e.g. U+1E0B U+0323 -> d U+0323 U+0307)."""
+    out: list[str] = []
+    for c in chars:
+        if c in table:
+            out.extend(utf8_chars(table[c]))
+        else:
+            out.append(c)
+    n = len(out)
+    i = 0
+    while i < n:
+        if out[i] not in classes:
+            i += 1
+            continue
+        end = i
+        while end < n and out[end] in classes:
+            end += 1
+        for k in range(i + 1, end):  # insertion sort: stable
+            mark = out[k]
+            rank = classes[mark]
+            m = k - 1
+            while m >= i and classes[out[m]] > rank:
+                out[m + 1] = out[m]
+                m -= 1
+            out[m + 1] = mark
+        i = end
+    return out
 
 
 def utf8_chars(text: str) -> list[str]:
@@ -238,6 +295,8 @@ class Seq2SeqExport(nn.Module):
     unspace: dict[str, str]
     lower: dict[str, str]
     cased: dict[str, bool]
+    decompose: dict[str, str]
+    classes: dict[str, int]
 
     def __init__(
         self,
@@ -264,6 +323,9 @@ class Seq2SeqExport(nn.Module):
         self.space = text["space"]
         self.lower = text["lower"]
         self.cased = text["cased"]
+        self.normalize = bool(text["normalize"])
+        self.decompose = text["decompose"]
+        self.classes = text["classes"]
         self.unit = text["source_unit"]
         self.lowercase = bool(text["lowercase"])
         self.tags = bool(text["tags"])
@@ -301,6 +363,8 @@ class Seq2SeqExport(nn.Module):
                     features.append(f)
             line = text
         chars = utf8_chars(strip_space(line, self.space))
+        if self.normalize:  # as `Side.cut`: the normal form first, then lower case
+            chars = decompose_chars(chars, self.decompose, self.classes)
         if self.lowercase:
             chars = lower_chars(chars, self.lower, self.cased)
         symbols: list[str] = []
@@ -600,11 +664,12 @@ def _refuse_unless_exportable(transducer: Any) -> None:
         if unit not in (tokens.CHAR, tokens.SYMBOL, tokens.WORD):
             raise ExportError(f"the {side} side's unit {unit!r} cannot be exported")
         form = sides.get(side).normal_form
-        if form is not None:
+        if form is not None and (side != "source" or form not in EXPORTED_FORMS):
             raise ExportError(
                 f"a model whose {side} text is put in Unicode {form.upper()} "
-                "(source_normalize): the export has no Unicode normalization yet, so it "
-                "cannot be exported; decode it with `transduce decode`"
+                f"(source_normalize): the export writes only {' and '.join(EXPORTED_FORMS)} "
+                "of a source (composing is not written), so it cannot be exported; decode it "
+                "with `transduce decode`"
             )
 
 
@@ -612,6 +677,8 @@ def _text_spec(transducer: Any) -> dict[str, Any]:
     sides = transducer.sides
     source = sides.source
     lower, cased = _lower() if source.lowercase else ({}, {})
+    form = source.normal_form
+    decompose, classes = _decompositions(form) if form is not None else ({}, {})
     return {
         "source_unit": source.unit,
         "target_unit": sides.target.unit,
@@ -627,6 +694,9 @@ def _text_spec(transducer: Any) -> dict[str, Any]:
         "space": _whitespace(),
         "lower": lower,
         "cased": cased,
+        "normalize": form or "",
+        "decompose": decompose,
+        "classes": classes,
     }
 
 
