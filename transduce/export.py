@@ -30,17 +30,17 @@ point (`str.isspace`, `str.lower`; for a source in NFD or NFKD, `unicodedata.nor
 of each character and `unicodedata.combining`), written into the file, so a line is cut
 as Python cuts it. One difference is left: Python lower-cases a capital sigma to final ς
 by looking past case-ignorable characters (apostrophes, combining marks); the export
-looks at the neighbouring characters only. (And a copied unknown *word* whose text holds an escape's
-spelling, such as `a<space>b` typed as such, is written as it is; `transduce decode`
-would write a space there. Copied characters are written alike.)
+looks at the neighbouring characters only. (And a copied unknown *word* whose text holds
+an escape's spelling, such as `a<space>b` typed as such, is written as it is; `transduce
+decode` would write a space there. Copied characters are written alike.)
 
 The file decodes greedily, in float32 (a model trained in bf16 or fp16 too; the metadata
 says how it was trained): beam search and scores are not in it (TorchScript could express
 a beam; not written). Refused in one line (`ExportError`): subword (BPE) units, whose
 segmenters are not TorchScript; a source put in NFC or NFKC (`source_normalize`: composing
-is not written); ensembles; and ONNX, whose standard operators cannot cut a
-UTF-8 string into characters, so its file could not hold the tokenization (an ids-in,
-ids-out ONNX graph is possible and not written).
+is not written); ensembles; and ONNX, whose standard operators cannot cut a UTF-8 string
+into characters, so its file could not hold the tokenization (an ids-in, ids-out ONNX
+graph is possible and not written).
 """
 
 import json

@@ -8,8 +8,8 @@ them back (`Sides.from_manifest`) and ask them, instead of probing the spec's ke
 
 - `Sides.read_input(line)`: a line of raw input (decode's) as the model's source symbols:
   the text cut by the source's unit (lower-cased or Unicode-normalized where the format
-  did), a lemma and its
-  tags (`lemma<TAB>V;PST`, inflection), or text and its features (`text<TAB>f1;f2`);
+  did), a lemma and its tags (`lemma<TAB>V;PST`, inflection), or text and its features
+  (`text<TAB>f1;f2`);
 - `Side.detokenize(symbols)`: output symbols as the target's own text;
 - `Side.score_unit`: the unit `score` compares that text in.
 
