@@ -302,7 +302,13 @@ def test_a_composed_source_is_refused():
     `source_normalize`) is refused in one line; NFD and NFKD are written (below)."""
     from transduce.data.sides import Sides
 
-    for form, refused in (("nfc", True), ("nfkc", True), ("nfd", False), ("nfkd", False)):
+    for form, refused in (
+        ("nfc", True),
+        ("nfkc", True),
+        ("nfd", False),
+        ("nfkd", False),
+        ("hangul", False),
+    ):
         sides = Sides.from_manifest(
             {"source": {"unit": "char", "normalize": form}, "target": {"unit": "symbol"}}
         )
@@ -317,8 +323,9 @@ def test_a_composed_source_is_refused():
 
 def test_the_decomposition_is_pythons_normal_form():
     """`decompose_chars` as TorchScript runs it equals `unicodedata.normalize` (NFD and
-    NFKD) on Hangul, accents, marks out of canonical order, compatibility characters and
-    random text, and `Side.cut` (decode's) cuts to the same characters."""
+    NFKD; for hangul, Unicode's arithmetic decomposition of the syllables alone) on Hangul,
+    accents, marks out of canonical order, compatibility characters and random text, and
+    `Side.cut` (decode's) cuts to the same characters."""
     import unicodedata
 
     from hypothesis import given, settings
@@ -329,7 +336,7 @@ def test_the_decomposition_is_pythons_normal_form():
 
     chars = torch.jit.script(exporting.utf8_chars)
     decompose = torch.jit.script(exporting.decompose_chars)
-    tables = {form: exporting._decompositions(form) for form in ("nfd", "nfkd")}
+    tables = {form: exporting._decompositions(form) for form in ("nfd", "nfkd", "hangul")}
     assert len(tables["nfd"][0]) > 11172  # every Hangul syllable, and more
     samples = [
         "한국어 읽기",
@@ -342,10 +349,24 @@ def test_the_decomposition_is_pythons_normal_form():
 
     def agree(text: str) -> None:
         for form, (table, classes) in tables.items():
-            expected = unicodedata.normalize(form.upper(), text)
+            expected = (
+                unicodedata.normalize(form.upper(), text) if form != "hangul" else text_hangul(text)
+            )
             assert decompose(chars(text), table, classes) == list(expected), (form, text)
             assert Side.of("char", normalize=form).cut(text) == tokens.chars(expected)
 
+    def text_hangul(text: str) -> str:  # by hand: Unicode's arithmetic (sec. 3.12)
+        out = []
+        for c in text:
+            index = ord(c) - 0xAC00
+            if 0 <= index < 11172:
+                out += [chr(0x1100 + index // 588), chr(0x1161 + index % 588 // 28)]
+                out += [chr(0x11A7 + index % 28)] if index % 28 else []
+            else:
+                out.append(c)
+        return "".join(out)
+
+    assert text_hangul("한é") == "\u1112\u1161\u11abé"
     for text in samples:
         agree(text)
 

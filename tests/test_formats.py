@@ -333,6 +333,12 @@ def test_tsv_source_normalize_cuts_hangul_into_jamo_in_prepare_and_decode():
     plain, _, plain_reader = read("tsv", text(line))
     assert plain[0].source == ("한", "é")
     assert plain_reader.sides().to_manifest()["source"] == {"unit": "char"}  # as before
+    hangul, _, hangul_reader = read("tsv", text(line), source_normalize="hangul")
+    assert hangul[0].source == ("\u1112", "\u1161", "\u11ab", "é")  # é left composed
+    assert (
+        Sides.from_manifest(hangul_reader.sides().to_manifest()).read_input("한é", 1, "in")
+        == hangul[0].source
+    )
     composed, _, _ = read("tsv", text("\u1112\u1161\u11ab\th a n\n"), source_normalize="nfc")
     assert composed[0].source == ("한",)
     with pytest.raises(ConfigError, match="--source-normalize must be none, nfc, nfd"):

@@ -27,7 +27,8 @@ batches them.
 TorchScript strings are bytes (UTF-8): characters are cut by their UTF-8 lead byte, and
 whitespace, stripping and lower-casing use tables of Python's own answers for every code
 point (`str.isspace`, `str.lower`; for a source in NFD or NFKD, `unicodedata.normalize`
-of each character and `unicodedata.combining`), written into the file, so a line is cut
+of each character and `unicodedata.combining`, and for hangul the syllables'
+decompositions), written into the file, so a line is cut
 as Python cuts it. One difference is left: Python lower-cases a capital sigma to final ς
 by looking past case-ignorable characters (apostrophes, combining marks); the export
 looks at the neighbouring characters only. (And a copied unknown *word* whose text holds
@@ -63,7 +64,8 @@ from transduce.models import Seq2SeqModel, Tagger
 from transduce.special import BOS_ID, EOS_ID, PAD_ID, SEP, SPACE, SPECIALS, UNK_ID, unescape
 
 FORMATS = ("torchscript",)
-EXPORTED_FORMS = ("nfd", "nfkd")  # of tsv's source_normalize: decompositions, by table
+# of tsv's source_normalize: decompositions, by table
+EXPORTED_FORMS = ("nfd", "nfkd", tokens.HANGUL)
 # sinusoidal position tables are exported with this many positions: a longer input is an
 # error, and outputs stop there, as with learned positions
 POSITIONS = 1024
@@ -107,10 +109,17 @@ def _decompositions(form: str) -> tuple[dict[str, str], dict[str, int]]:
     """For NFD or NFKD (`form`, as `tokens.NORMAL_FORMS` spells it): Python's full
     decomposition of each code point where it changes it (`unicodedata.normalize` of the
     character alone; 11,172 of them are Hangul syllables), and the canonical combining
-    class of each code point whose class is not 0 (`unicodedata.combining`)."""
+    class of each code point whose class is not 0 (`unicodedata.combining`). For hangul:
+    the syllables' decompositions alone, and no classes (nothing is reordered)."""
     if form not in EXPORTED_FORMS:
-        raise ExportError(f"the export writes {' and '.join(EXPORTED_FORMS)}, not {form!r}")
-    table, classes = {}, {}
+        raise ExportError(f"the export writes {', '.join(EXPORTED_FORMS)}, not {form!r}")
+    table: dict[str, str] = {}
+    classes: dict[str, int] = {}
+    if form == tokens.HANGUL:
+        first, last = (ord(c) for c in tokens.HANGUL_SYLLABLES)
+        for point in range(first, last + 1):
+            table[chr(point)] = tokens.normalize(chr(point), form)
+        return table, classes
     for point in range(0x110000):
         if 0xD800 <= point < 0xE000:  # surrogates: not characters of a str read from text
             continue
@@ -667,7 +676,7 @@ def _refuse_unless_exportable(transducer: Any) -> None:
         if form is not None and (side != "source" or form not in EXPORTED_FORMS):
             raise ExportError(
                 f"a model whose {side} text is put in Unicode {form.upper()} "
-                f"(source_normalize): the export writes only {' and '.join(EXPORTED_FORMS)} "
+                f"(source_normalize): the export writes only {', '.join(EXPORTED_FORMS)} "
                 "of a source (composing is not written), so it cannot be exported; decode it "
                 "with `transduce decode`"
             )

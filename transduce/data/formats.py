@@ -322,7 +322,8 @@ class TsvOptions(HallucinationOptions, Options):
     source_normalize: str = option(
         "none",
         "Unicode normal form of the source text before it is cut: nfd splits Hangul syllables "
-        "into their jamo and accented letters into letter and mark; decode does the same.",
+        "into their jamo and accented letters into letter and mark, hangul the Hangul "
+        "syllables alone; decode does the same.",
         shown="none",
         choices=("none", *tokens.NORMAL_FORMS),
     )

@@ -36,7 +36,9 @@ _FORMS: dict[str, Literal["NFC", "NFD", "NFKC", "NFKD"]] = {
     "nfkc": "NFKC",
     "nfkd": "NFKD",
 }
-NORMAL_FORMS = tuple(_FORMS)
+HANGUL = "hangul"  # the Hangul syllables alone decomposed (NFD), the rest as it is
+NORMAL_FORMS = (*_FORMS, HANGUL)
+HANGUL_SYLLABLES = ("\uac00", "\ud7a3")  # the 11,172 precomposed syllables, first and last
 
 
 def normalize(text: str, form: str) -> str:
@@ -44,10 +46,17 @@ def normalize(text: str, form: str) -> str:
 
     nfd: canonical decomposition, e.g. the Hangul syllable "한" (U+D55C) becomes its three
     conjoining jamo U+1112 U+1161 U+11AB, and "é" becomes "e" and U+0301; nfc composes
-    again; the k forms also fold compatibility characters ("ﬁ" -> "fi").
+    again; the k forms also fold compatibility characters ("ﬁ" -> "fi"); hangul: the
+    Hangul syllables as nfd writes them, every other character as it is ("한é" -> U+1112
+    U+1161 U+11AB "é").
     """
+    if form == HANGUL:
+        first, last = HANGUL_SYLLABLES
+        return "".join(unicodedata.normalize("NFD", c) if first <= c <= last else c for c in text)
     if form not in _FORMS:
-        raise ConfigError(f"unknown Unicode normal form {form!r} (valid: {', '.join(_FORMS)})")
+        raise ConfigError(
+            f"unknown Unicode normal form {form!r} (valid: {', '.join(NORMAL_FORMS)})"
+        )
     return unicodedata.normalize(_FORMS[form], text)
 
 
