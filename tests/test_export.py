@@ -299,7 +299,7 @@ def test_subword_models_are_refused():
 
 def test_a_composed_source_is_refused():
     """The export writes decompositions only: a model whose source was put in NFC (tsv's
-    `source_normalize`) is refused in one line; NFD and NFKD are written (below)."""
+    `source_normalize`) is refused in one line; NFD, NFKD and hangul are written (below)."""
     from transduce.data.sides import Sides
 
     for form, refused in (

@@ -319,7 +319,8 @@ def test_tsv_source_normalize_cuts_hangul_into_jamo_in_prepare_and_decode():
     """`source_normalize: nfd`: the Hangul syllable 한 (U+D55C) is the jamo U+1112 U+1161
     U+11AB (Unicode's arithmetic decomposition, checked by hand: 0xD55C - 0xAC00 = 10,588
     = (18 * 21 + 0) * 28 + 4, so lead 18, vowel 0, tail 4), é is e and U+0301; the target is
-    left as it is, and decode's raw input (NFC or not) is cut as training's source was."""
+    left as it is, and decode's raw input (NFC or not) is cut as training's source was;
+    `hangul` decomposes the syllable and leaves é as it is."""
     from transduce.data.sides import Sides
 
     line = "한é\th a n\n"
