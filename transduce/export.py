@@ -28,10 +28,10 @@ TorchScript strings are bytes (UTF-8): characters are cut by their UTF-8 lead by
 whitespace, stripping and lower-casing use tables of Python's own answers for every code
 point (`str.isspace`, `str.lower`; for a source in NFD or NFKD, `unicodedata.normalize`
 of each character and `unicodedata.combining`, and for hangul the syllables'
-decompositions), written into the file, so a line is cut
-as Python cuts it. One difference is left: Python lower-cases a capital sigma to final ς
-by looking past case-ignorable characters (apostrophes, combining marks); the export
-looks at the neighbouring characters only. (And a copied unknown *word* whose text holds
+decompositions), written into the file, so a line is cut as Python cuts it. One
+difference is left: Python lower-cases a capital sigma to final ς by looking past
+case-ignorable characters (apostrophes, combining marks); the export looks at the
+neighbouring characters only. (And a copied unknown *word* whose text holds
 an escape's spelling, such as `a<space>b` typed as such, is written as it is; `transduce
 decode` would write a space there. Copied characters are written alike.)
 
@@ -127,8 +127,9 @@ def _decompositions(form: str) -> tuple[dict[str, str], dict[str, int]]:
         parts = tokens.normalize(char, form)
         if parts != char:
             table[char] = parts
-        if unicodedata.combining(char):
-            classes[char] = unicodedata.combining(char)
+        rank = unicodedata.combining(char)
+        if rank:
+            classes[char] = rank
     return table, classes
 
 
