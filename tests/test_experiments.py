@@ -1636,6 +1636,34 @@ def test_trials_ranked_by_their_best_dev_score(tmp_path, metric, order):
     assert "|  | a-t3 | – | 0.1 |" in text
 
 
+def test_a_search_run_on_some_datasets_is_ranked_on_those(tmp_path):
+    """A search run with --cells on some of the experiment's datasets: ranked over the
+    datasets where any trial has a finished run (named in the heading); a trial missing
+    one of those is not ranked, and a dataset none of them ran is not counted."""
+    trials = {"a-t1": {"lr": 0.001}, "a-t2": {"lr": 0.01}, "a-t3": {"lr": 0.1}}
+    datasets = ["x", "y", "z"]
+    cells = [spec.Cell(t, d, 1, "", ()) for t in trials for d in datasets]
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml", cells, list(trials), datasets, [1], ["wer"],
+        search={"a": {"seed": 1, "trials": trials}},
+    )  # fmt: skip
+    for cell, score in {"a-t1.x": 10.0, "a-t1.y": 20.0, "a-t2.x": 4.0, "a-t2.y": 6.0,
+                        "a-t3.x": 1.0}.items():  # fmt: skip
+        write_best(tmp_path, f"{cell}.seed1", "wer", score)
+    ranked = report.table(experiment, tmp_path)["search"]["a"]
+    assert ranked["datasets"] == ["x", "y"]
+    assert [(t["trial"], t["rank"], t["dev"]) for t in ranked["trials"]] == [
+        ("a-t2", 1, 5.0), ("a-t1", 2, 15.0), ("a-t3", None, None)
+    ]  # fmt: skip
+    text = report.markdown(report.table(experiment, tmp_path))
+    assert "mean over seeds, then over the datasets searched: x, y; seed 1)" in text
+    # one run on z makes z a dataset of the search: no trial has every one now
+    write_best(tmp_path, "a-t3.z.seed1", "wer", 2.0)
+    ranked = report.table(experiment, tmp_path)["search"]["a"]
+    assert ranked["datasets"] == datasets
+    assert all(t["rank"] is None for t in ranked["trials"])
+
+
 def test_the_dev_table_reads_each_runs_best_validation(tmp_path):
     """`report --dev`: the dev scores of the validation at `best.update`, not the last one,
     not the test scores; no published numbers beside them."""

@@ -460,14 +460,16 @@ def ranking(experiment: Experiment, directory: Path) -> dict[str, Any]:
     """Each random search's trials ranked by their best dev score (train.json's `best`:
     the score of the run's select_on at its best validation; its `final` one, where the run
     averaged, `train.average_best_last`): per dataset the mean over
-    the finished seeds, then the mean over the datasets; a trial without a finished run on
-    every dataset is not ranked (listed last)."""
+    the finished seeds, then the mean over the datasets searched, those where any trial of
+    the search has a finished run (a search run on some datasets only, with `--cells`, is
+    ranked on those); a trial without a finished run on every dataset searched is not
+    ranked (listed last)."""
     from transduce.metrics import METRICS
 
     out = {}
     for base, search in experiment.search.items():
         metric = None
-        entries = []
+        found = []
         for trial, values in search["trials"].items():
             per_dataset: dict[str | None, list[float]] = {}
             for cell in experiment.cells:
@@ -481,7 +483,11 @@ def ranking(experiment: Experiment, directory: Path) -> dict[str, Any]:
                 if isinstance(score, int | float) and best.get("metric") in METRICS:
                     metric = metric or best["metric"]
                     per_dataset.setdefault(cell.dataset, []).append(float(score))
-            every = len(per_dataset) == len(experiment.datasets)
+            found.append((trial, values, per_dataset))
+        searched = [d for d in experiment.datasets if any(d in f[2] for f in found)]
+        entries = []
+        for trial, values, per_dataset in found:
+            every = bool(searched) and len(per_dataset) == len(searched)
             dev = (
                 statistics.fmean(statistics.fmean(v) for v in per_dataset.values())
                 if every
@@ -497,7 +503,12 @@ def ranking(experiment: Experiment, directory: Path) -> dict[str, Any]:
         for rank, entry in enumerate(ranked, 1):
             entry["rank"] = rank
         rest = [{**e, "rank": None} for e in entries if e["dev"] is None]
-        out[base] = {"metric": metric, "seed": search["seed"], "trials": ranked + rest}
+        out[base] = {
+            "metric": metric,
+            "seed": search["seed"],
+            "datasets": searched,
+            "trials": ranked + rest,
+        }
     return out
 
 
@@ -844,10 +855,15 @@ def _per_system(timed: dict[str, float], machines: dict[str, str] | None = None)
 def _search_table(base: str, search: dict[str, Any]) -> str:
     """A search's trials, best first: rank, trial, dev score (n runs), sampled values."""
     metric = search["metric"] or "score"
+    searched = (
+        ", ".join("the recipe's data" if d is None else d for d in search.get("datasets") or [])
+        or "none yet"
+    )
     keys = list(dict.fromkeys(k for t in search["trials"] for k in t["values"]))
     lines = [
         f"### random search {base}: trials by dev {metric} (best validation of each run; "
-        f"mean over seeds, then datasets; seed {search['seed']})\n",
+        f"mean over seeds, then over the datasets searched: {searched}; "
+        f"seed {search['seed']})\n",
         "| " + " | ".join(["rank", "trial", f"dev {metric} (n)", *keys]) + " |",
         "|--:|---|--:|" + "--:|" * len(keys),
     ]
