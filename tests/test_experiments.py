@@ -1664,6 +1664,28 @@ def test_a_search_run_on_some_datasets_is_ranked_on_those(tmp_path):
     assert all(t["rank"] is None for t in ranked["trials"])
 
 
+def test_a_search_without_datasets_is_ranked_on_the_recipes_data(tmp_path):
+    """No `datasets:` (one dataset, None): searched once a trial has finished; before any
+    has, no trial is ranked and the heading says so."""
+    trials = {"a-t1": {"lr": 0.001}, "a-t2": {"lr": 0.01}}
+    cells = [spec.Cell(t, None, 1, "", ()) for t in trials]
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml", cells, list(trials), [None], [1], ["acc"],
+        search={"a": {"seed": 1, "trials": trials}},
+    )  # fmt: skip
+    data = report.table(experiment, tmp_path)
+    assert data["search"]["a"]["datasets"] == []
+    assert all(t["rank"] is None for t in data["search"]["a"]["trials"])
+    assert "then over the datasets searched: none yet;" in report.markdown(data)
+    write_best(tmp_path, "a-t2.seed1", "acc", 70.0)
+    data = report.table(experiment, tmp_path)
+    assert data["search"]["a"]["datasets"] == [None]
+    assert [(t["trial"], t["rank"]) for t in data["search"]["a"]["trials"]] == [
+        ("a-t2", 1), ("a-t1", None)
+    ]  # fmt: skip
+    assert "then over the datasets searched: the recipe's data;" in report.markdown(data)
+
+
 def test_the_dev_table_reads_each_runs_best_validation(tmp_path):
     """`report --dev`: the dev scores of the validation at `best.update`, not the last one,
     not the test scores; no published numbers beside them."""
