@@ -156,6 +156,31 @@ def test_the_command_line_starts_without_torch(tmp_path):
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
+def test_the_command_line_starts_without_sacrebleu():
+    """sacrebleu (with the lxml and portalocker it imports) is imported when BLEU is
+    scored or its options are checked, not by every command's start-up."""
+    code = (
+        "import sys\n"
+        "from transduce.cli import app\n"
+        "try:\n"
+        "    app(['--version'], prog_name='transduce')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "assert 'sacrebleu' not in sys.modules, 'sacrebleu imported at start-up'\n"
+        "from transduce.errors import ConfigError\n"
+        "from transduce.metrics import get_metric\n"
+        "try:\n"
+        "    get_metric('bleu', tokenize='bogus')\n"
+        "except ConfigError as error:\n"
+        "    assert '13a' in str(error) and 'bogus' in str(error), error\n"
+        "else:\n"
+        "    raise AssertionError('a tokenizer sacrebleu lacks was accepted')\n"
+        "assert 'sacrebleu' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 def test_no_run_directory_file_is_named_outside_runs():
     """Every file name of a run directory is written once, in `transduce.runs`: no other
     module of the package has it as a string literal."""

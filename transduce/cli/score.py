@@ -165,8 +165,8 @@ def _parameter(flag: MetricFlag) -> inspect.Parameter:
         assert flag.option is not None
         kind: Any = flag.option.kind
         default = flag.option.default
-        if flag.option.choices is not None:  # an Enum, so that Typer checks and completes
-            kind = choices(flag.name.title().replace("_", ""), map(str, flag.option.choices))
+        if flag.option.allowed is not None:  # an Enum, so that Typer checks and completes
+            kind = choices(flag.name.title().replace("_", ""), map(str, flag.option.allowed))
             default = kind(str(default))
         annotation = Annotated[kind, _option(flag.help, _OPTS)]
     return inspect.Parameter(flag.name, inspect.Parameter.KEYWORD_ONLY, default=default,

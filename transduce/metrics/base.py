@@ -11,7 +11,7 @@ The input of every metric is a `transduce.metrics.corpus.Corpus`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -63,14 +63,21 @@ class Option:
     `kind` is the type a text value (from the command line) is converted to. `score` offers
     each option as a flag `--METRIC-OPTION` (or through `--METRIC-option KEY=VALUE`, see
     `Metric.option_pairs`), unless `cli` is False: an option with one possible value, or
-    one the metric sets itself (`tagacc`'s subset).
+    one the metric sets itself (`tagacc`'s subset). `choices` may be a function that
+    returns them, called only when a value is checked (`allowed`): BLEU's come from
+    sacrebleu, which is not imported until a command needs it.
     """
 
     default: Any
-    choices: tuple[Any, ...] | None = None
+    choices: tuple[Any, ...] | Callable[[], tuple[Any, ...]] | None = None
     help: str = ""
     kind: type = str
     cli: bool = True
+
+    @property
+    def allowed(self) -> tuple[Any, ...] | None:
+        """The valid values (None: any), `choices` called if it is a function."""
+        return self.choices() if callable(self.choices) else self.choices
 
     def parse(self, name: str, text: str) -> Any:
         """Convert a command-line value: "true" -> True for bool, "4" -> 4 for int, ..."""
@@ -144,7 +151,7 @@ class Metric(ABC):
         self.unit = unit
         self.values: dict[str, Any] = {k: o.default for k, o in self.options.items()}
         for key, value in options.items():
-            choices = self.options[key].choices
+            choices = self.options[key].allowed
             if choices is not None and value not in choices:
                 valid = ", ".join(map(str, choices))
                 raise ConfigError(

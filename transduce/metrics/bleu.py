@@ -7,25 +7,41 @@ of taking a variable number of references). The per-line statistics for the boot
 and `--per-item` are sacrebleu's sufficient statistics of each line (hypothesis length,
 closest reference length, matching and total n-grams), read from `sentence_score`, and
 the bootstrap re-aggregates them with `BLEU.compute_bleu`, exactly as the corpus score does.
+
+sacrebleu is imported when a BLEU is computed or its options are checked, not with this
+module: importing it (and the lxml and portalocker it imports) took about a sixth of
+the start-up of every `transduce` command, shell completion included.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
-
-from sacrebleu.metrics import BLEU
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from transduce.errors import ConfigError
 from transduce.metrics.base import Metric, Option
 from transduce.metrics.corpus import Corpus
 
+if TYPE_CHECKING:
+    from sacrebleu.metrics import BLEU
+
+
+def _sacrebleu() -> type[BLEU]:
+    """sacrebleu's BLEU class, imported on first use."""
+    from sacrebleu.metrics import BLEU
+
+    return BLEU
+
 
 def _bleu_options() -> dict[str, Option]:
     return {
-        "tokenize": Option(None, (None, *BLEU.TOKENIZERS), "sacrebleu tokenizer (default 13a)"),
+        "tokenize": Option(
+            None, lambda: (None, *_sacrebleu().TOKENIZERS), "sacrebleu tokenizer (default 13a)"
+        ),
         "lowercase": Option(False, (False, True), "lower-case before scoring", bool),
-        "smooth_method": Option("exp", tuple(BLEU.SMOOTH_DEFAULTS), "smoothing method"),
+        "smooth_method": Option(
+            "exp", lambda: tuple(_sacrebleu().SMOOTH_DEFAULTS), "smoothing method"
+        ),
         "smooth_value": Option(None, None, "smoothing value (floor, add-k)", float),
         "max_ngram_order": Option(4, (1, 2, 3, 4, 5, 6, 7, 8, 9), "highest n-gram order", int),
         "effective_order": Option(False, (False, True), "drop n-gram orders with no matches", bool),
@@ -47,7 +63,7 @@ class Bleu(Metric):
 
     def _metric(self, **override: Any) -> BLEU:
         try:
-            return BLEU(**{**self.values, **override})
+            return _sacrebleu()(**{**self.values, **override})
         except (RuntimeError, ImportError, ValueError, OSError) as error:
             # a tokenizer whose extra is not installed, or that downloads a model (flores)
             raise ConfigError(f"metric bleu: {error}") from None
@@ -83,7 +99,7 @@ class Bleu(Metric):
         sys_len, ref_len = sums[0], sums[1]
         correct = [round(x) for x in sums[2 : 2 + order]]
         total = [round(x) for x in sums[2 + order : 2 + 2 * order]]
-        result = BLEU.compute_bleu(
+        result = _sacrebleu().compute_bleu(
             correct,
             total,
             round(sys_len),
