@@ -65,7 +65,9 @@ class Option:
     `Metric.option_pairs`), unless `cli` is False: an option with one possible value, or
     one the metric sets itself (`tagacc`'s subset). `choices` may be a function that
     returns them, called only when a value is checked (`allowed`): BLEU's come from
-    sacrebleu, which is not imported until a command needs it.
+    sacrebleu, which is not imported until a command needs it. (BLEU takes its options as
+    KEY=VALUE pairs; a metric with flags of its own and such a function would call it while
+    `score` builds its flags, at start-up.)
     """
 
     default: Any
