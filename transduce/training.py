@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from transduce import config as configuration
-from transduce import defaults, runs
+from transduce import defaults, optimizers, runs
 from transduce.averaging import average
 from transduce.checkpoint import Checkpointer, clean, save
 from transduce.compiling import compile_forward
@@ -657,10 +657,11 @@ def keep_large_blocks_out_of_the_heap(threshold: int = 8 << 20) -> bool:
 
 def make_optimizer(model: Model, c: configuration.OptimizerConfig) -> torch.optim.Optimizer:
     """Adam or RMSprop over the trainable parameters; Adam's fused kernel where PyTorch has
-    one (5x faster than the loop on the CPU)."""
+    one (5x faster than the loop on the CPU). PyTorch's optimizers, without their import of
+    TorchDynamo (`transduce.optimizers`)."""
     params = [p for p in model.parameters() if p.requires_grad]
     if c.type == "rmsprop":  # rho is alpha in PyTorch; Keras' defaults: rho 0.9, eps 1e-7
-        return torch.optim.RMSprop(
+        return optimizers.RMSprop(
             params, lr=c.lr, alpha=c.rho, eps=c.eps, weight_decay=c.weight_decay
         )
     kwargs: dict[str, Any] = {
@@ -670,9 +671,9 @@ def make_optimizer(model: Model, c: configuration.OptimizerConfig) -> torch.opti
         "weight_decay": c.weight_decay,
     }
     try:
-        return torch.optim.Adam(params, fused=True, **kwargs)
+        return optimizers.Adam(params, fused=True, **kwargs)
     except (RuntimeError, ValueError):
-        return torch.optim.Adam(params, **kwargs)
+        return optimizers.Adam(params, **kwargs)
 
 
 def _yaml(data: dict[str, Any]) -> str:

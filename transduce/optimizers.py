@@ -1,0 +1,79 @@
+"""PyTorch's Adam and RMSprop, without the `torch._dynamo` import that they pay for in
+eager mode.
+
+In PyTorch 2.13, `torch.optim.Optimizer`'s `add_param_group`, `zero_grad`, `state_dict`
+and `load_state_dict` are wrapped by `torch._disable_dynamo`, which imports TorchDynamo on
+a wrapped function's first call, and every optimizer's `step` by
+`_use_grad_for_differentiable`, which imports it when called. They keep TorchDynamo from
+tracing into the optimizer from a compiled function; training calls the optimizer from
+none (`train.compile` compiles the model's forward alone), so here they only cost the
+import: 2.3 CPU seconds on the 2-core EPYC
+(`python benchmarks/startup.py --training`), about a third of what a short `transduce
+train` process spends, paid again by every process that trains (each test-suite run starts
+them by the dozen).
+
+The classes here are PyTorch's own optimizers, their update arithmetic and their
+`state_dict` format unchanged; only those methods are swapped for the functions under the
+wrappers (`inspect.unwrap`, through the `__wrapped__` that `functools.wraps` sets), with
+gradients off during `step` as `_use_grad_for_differentiable` does for an optimizer that
+is not differentiable. Where a later PyTorch wraps a method in another way, `_unwrapped`
+may get a function that still imports TorchDynamo: slower, never different.
+`tests/test_optimizers.py` checks that the updates and state dicts equal `torch.optim`'s,
+that checkpoints move between the two, and that a training process does not import
+TorchDynamo.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def _unwrapped(method: Callable[..., Any]) -> Callable[..., Any]:
+    """The function under every layer of `functools.wraps` decoration (`inspect.unwrap`):
+    under TorchDynamo's wrappers, and under the profiling hook that constructing an
+    optimizer puts on its class's `step` (`Optimizer._patch_step_function`), in case a
+    `torch.optim.Adam` was made before this module was imported."""
+    return inspect.unwrap(method)
+
+
+_ADD_PARAM_GROUP = _unwrapped(torch.optim.Optimizer.add_param_group)
+_ZERO_GRAD = _unwrapped(torch.optim.Optimizer.zero_grad)
+_STATE_DICT = _unwrapped(torch.optim.Optimizer.state_dict)
+_LOAD_STATE_DICT = _unwrapped(torch.optim.Optimizer.load_state_dict)
+
+
+def _eager_step(step: Callable[..., Any]) -> Callable[..., Any]:
+    """`step` (the function under `_use_grad_for_differentiable`), with gradients recorded
+    only for a differentiable optimizer, as that wrapper does."""
+
+    def eager(self: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
+        with torch.set_grad_enabled(bool(self.defaults["differentiable"])):
+            return step(self, closure)
+
+    eager.__doc__ = step.__doc__
+    return eager
+
+
+class Adam(torch.optim.Adam):
+    """`torch.optim.Adam` (Kingma & Ba 2015, Algorithm 1, as PyTorch computes it; `fused`,
+    `foreach` and the rest as there) without the TorchDynamo import (module docstring)."""
+
+    add_param_group = _ADD_PARAM_GROUP  # type: ignore[assignment]
+    zero_grad = _ZERO_GRAD  # type: ignore[assignment]
+    state_dict = _STATE_DICT  # type: ignore[assignment]
+    load_state_dict = _LOAD_STATE_DICT  # type: ignore[assignment]
+    step = _eager_step(_unwrapped(torch.optim.Adam.step))  # type: ignore[assignment]
+
+
+class RMSprop(torch.optim.RMSprop):
+    """`torch.optim.RMSprop` without the TorchDynamo import (module docstring)."""
+
+    add_param_group = _ADD_PARAM_GROUP  # type: ignore[assignment]
+    zero_grad = _ZERO_GRAD  # type: ignore[assignment]
+    state_dict = _STATE_DICT  # type: ignore[assignment]
+    load_state_dict = _LOAD_STATE_DICT  # type: ignore[assignment]
+    step = _eager_step(_unwrapped(torch.optim.RMSprop.step))  # type: ignore[assignment]
