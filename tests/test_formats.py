@@ -271,6 +271,21 @@ def test_escape_round_trip(value):
     assert unescape(escape(word)) == word
 
 
+def test_chars_escapes_exactly_the_characters_that_are_whitespace():
+    """`tokens.chars` skips the escaping when its regex finds no whitespace: the regex's
+    `\\s` must be `str.isspace()` on every code point (brute force), or a character would
+    go into a prepared file unescaped."""
+    import sys
+
+    every = [chr(c) for c in range(sys.maxunicode + 1)]
+    spaces = [c for c in every if c.isspace()]
+    assert [c for c in every if tokens._WHITESPACE.match(c)] == spaces
+    assert 20 <= len(spaces) < 40  # tab, newline, space, U+00A0, U+2028, U+3000, ...
+    for char in [*spaces, "x", "é", "\u200b", "<", "\U0001f600"]:
+        assert tokens.chars(f"a{char}b") == ["a", escape_char(char), "b"], hex(ord(char))
+    assert tokens.chars("a b\u00a0c") == ["a", "<space>", "b", "<U+00A0>", "c"]
+
+
 def test_tsv_characters_with_spaces_are_escaped_not_reserved():
     examples, _, _ = read("tsv", text("aa gemacht\tx y\n"), source_unit="char", target_unit="char")
     assert examples[0].source == ("a", "a", "<space>", *"gemacht")

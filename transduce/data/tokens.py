@@ -10,6 +10,7 @@ what `score` compares): characters joined for `char`, symbols joined by spaces f
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -60,8 +61,13 @@ def normalize(text: str, form: str) -> str:
     return unicodedata.normalize(_FORMS[form], text)
 
 
+_WHITESPACE = re.compile(r"\s")  # in a str pattern, what str.isspace() is (tests/test_io.py)
+
+
 def chars(text: str) -> list[str]:
     """Cut `text` into character symbols (code points), escaping whitespace."""
+    if _WHITESPACE.search(text) is None:  # most words: no character to escape
+        return list(text)
     return [escape_char(c) for c in text]
 
 
