@@ -6,6 +6,7 @@ trains must not import `torch._dynamo` (the reason the module exists)."""
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 import textwrap
@@ -116,7 +117,67 @@ def test_training_does_not_import_torch_dynamo():
         print("torch._dynamo" in sys.modules)
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+
+
+def test_after_a_torch_optimizer_was_made_the_hooks_still_run_once():
+    """Constructing a `torch.optim.Adam` first puts the profiling hook on its class's
+    `step`; ours must not take that hook over as well (hooks would run twice)."""
+    program = textwrap.dedent(
+        """
+        import json
+        import torch
+        torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
+        from transduce import optimizers
+        parameter = torch.nn.Parameter(torch.zeros(2))
+        optimizer = optimizers.Adam([parameter], lr=0.1)
+        calls = []
+        optimizer.register_step_pre_hook(lambda *_: calls.append("pre"))
+        optimizer.register_step_post_hook(lambda *_: calls.append("post"))
+        parameter.grad = torch.ones(2)
+        optimizer.step()
+        print(json.dumps([calls, parameter.tolist()]))
+        """
     )
-    assert done.stdout.strip() == "False", done.stderr
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    calls, values = json.loads(done.stdout)
+    assert calls == ["pre", "post"]
+    assert values == pytest.approx([-0.1, -0.1], abs=1e-6)  # one step of Adam: lr
+
+
+def test_a_wrapper_of_another_kind_is_kept():
+    @torch.no_grad()
+    def double(x):
+        return x * 2
+
+    assert optimizers._unwrapped(double) is double
+    assert optimizers._unwrapped(torch.optim.Adam.step).__name__ == "step"
+    assert optimizers._unwrapped(torch.optim.Optimizer.zero_grad).__name__ == "zero_grad"
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_with_a_grad_scaler_as_torch_optim(fused):
+    """torch.amp.GradScaler (the fp16 path of training): unscale, clipping, a step skipped
+    for an infinite gradient, and fused Adam's own unscaling (`_step_supports_amp_scaling`)."""
+    nets = []
+    for cls in (optimizers.Adam, torch.optim.Adam):
+        net = model()
+        optimizer = cls(net.parameters(), lr=1e-2, fused=fused)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+        generator = torch.Generator().manual_seed(1)
+        for update in range(6):
+            x = torch.randn(16, 5, generator=generator)
+            optimizer.zero_grad()
+            loss = ((net(x) - 1) ** 2).mean() * (float("inf") if update == 3 else 1.0)
+            scaler.scale(loss).backward()
+            if update % 2:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
+            scaler.step(optimizer)
+            scaler.update()
+        nets.append((net, scaler.get_scale()))
+    (a, scale_a), (b, scale_b) = nets
+    assert same(a, b) and scale_a == scale_b
+    assert scale_a < 2.0**10  # the infinite step lowered the scale

@@ -14,10 +14,10 @@ them by the dozen).
 
 The classes here are PyTorch's own optimizers, their update arithmetic and their
 `state_dict` format unchanged; only those methods are swapped for the functions under the
-wrappers (`inspect.unwrap`, through the `__wrapped__` that `functools.wraps` sets), with
+wrappers (those three alone, through the `__wrapped__` that `functools.wraps` sets), with
 gradients off during `step` as `_use_grad_for_differentiable` does for an optimizer that
-is not differentiable. Where a later PyTorch wraps a method in another way, `_unwrapped`
-may get a function that still imports TorchDynamo: slower, never different.
+is not differentiable. Where a later PyTorch wraps a method in another way, the wrapper
+stays, and may import TorchDynamo again: slower, not different.
 `tests/test_optimizers.py` checks that the updates and state dicts equal `torch.optim`'s,
 that checkpoints move between the two, and that a training process does not import
 TorchDynamo.
@@ -25,19 +25,37 @@ TorchDynamo.
 
 from __future__ import annotations
 
-import inspect
+import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
+# The wrappers that are taken off, by the file and name of their code: TorchDynamo's
+# `_disable_dynamo` (`inner`), `_use_grad_for_differentiable` (`_use_grad`) and the profiling
+# hook that constructing an optimizer puts on its class's `step` (`profile_hook_step`'s
+# `wrapper`). Any other decoration is kept, so a wrapper that a later PyTorch adds for
+# another purpose still runs.
+_TORCH_WRAPPERS = {
+    ("torch", "_compile.py", "inner"),
+    ("optim", "optimizer.py", "_use_grad"),
+    ("optim", "optimizer.py", "wrapper"),
+}
+
 
 def _unwrapped(method: Callable[..., Any]) -> Callable[..., Any]:
-    """The function under every layer of `functools.wraps` decoration (`inspect.unwrap`):
-    under TorchDynamo's wrappers, and under the profiling hook that constructing an
-    optimizer puts on its class's `step` (`Optimizer._patch_step_function`), in case a
-    `torch.optim.Adam` was made before this module was imported."""
-    return inspect.unwrap(method)
+    """`method` without the wrappers of `_TORCH_WRAPPERS` (through the `__wrapped__` that
+    `functools.wraps` sets), down to the first layer of another kind."""
+    while hasattr(method, "__wrapped__"):
+        code = getattr(method, "__code__", None)
+        if (
+            code is None
+            or (*Path(code.co_filename).parts[-2:], code.co_name) not in _TORCH_WRAPPERS
+        ):
+            break
+        method = method.__wrapped__
+    return method
 
 
 _ADD_PARAM_GROUP = _unwrapped(torch.optim.Optimizer.add_param_group)
@@ -54,8 +72,7 @@ def _eager_step(step: Callable[..., Any]) -> Callable[..., Any]:
         with torch.set_grad_enabled(bool(self.defaults["differentiable"])):
             return step(self, closure)
 
-    eager.__doc__ = step.__doc__
-    return eager
+    return functools.update_wrapper(eager, step)
 
 
 class Adam(torch.optim.Adam):
