@@ -14,7 +14,7 @@ them by the dozen).
 
 The classes here are PyTorch's own optimizers, their update arithmetic and their
 `state_dict` format unchanged; only those methods are swapped for the functions under the
-wrappers (those three alone, through the `__wrapped__` that `functools.wraps` sets), with
+wrappers (these and the profiling hook's, `_TORCH_WRAPPERS`, and no other), with
 gradients off during `step` as `_use_grad_for_differentiable` does for an optimizer that
 is not differentiable. Where a later PyTorch wraps a method in another way, the wrapper
 stays, and may import TorchDynamo again: slower, not different.

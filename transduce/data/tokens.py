@@ -61,7 +61,7 @@ def normalize(text: str, form: str) -> str:
     return unicodedata.normalize(_FORMS[form], text)
 
 
-_WHITESPACE = re.compile(r"\s")  # in a str pattern, what str.isspace() is (tests/test_io.py)
+_WHITESPACE = re.compile(r"\s")  # in a str pattern, what str.isspace() is (tests/test_formats.py)
 
 
 def chars(text: str) -> list[str]:
