@@ -58,12 +58,6 @@ def _unwrapped(method: Callable[..., Any]) -> Callable[..., Any]:
     return method
 
 
-_ADD_PARAM_GROUP = _unwrapped(torch.optim.Optimizer.add_param_group)
-_ZERO_GRAD = _unwrapped(torch.optim.Optimizer.zero_grad)
-_STATE_DICT = _unwrapped(torch.optim.Optimizer.state_dict)
-_LOAD_STATE_DICT = _unwrapped(torch.optim.Optimizer.load_state_dict)
-
-
 def _eager_step(step: Callable[..., Any]) -> Callable[..., Any]:
     """`step` (the function under `_use_grad_for_differentiable`), with gradients recorded
     only for a differentiable optimizer, as that wrapper does."""
@@ -75,22 +69,24 @@ def _eager_step(step: Callable[..., Any]) -> Callable[..., Any]:
     return functools.update_wrapper(eager, step)
 
 
-class Adam(torch.optim.Adam):
+class _Eager:
+    """The methods of `torch.optim.Optimizer` that its TorchDynamo wrappers cover, without
+    them; put before the PyTorch class in the bases."""
+
+    add_param_group = _unwrapped(torch.optim.Optimizer.add_param_group)
+    zero_grad = _unwrapped(torch.optim.Optimizer.zero_grad)
+    state_dict = _unwrapped(torch.optim.Optimizer.state_dict)
+    load_state_dict = _unwrapped(torch.optim.Optimizer.load_state_dict)
+
+
+class Adam(_Eager, torch.optim.Adam):
     """`torch.optim.Adam` (Kingma & Ba 2015, Algorithm 1, as PyTorch computes it; `fused`,
     `foreach` and the rest as there) without the TorchDynamo import (module docstring)."""
 
-    add_param_group = _ADD_PARAM_GROUP  # type: ignore[assignment]
-    zero_grad = _ZERO_GRAD  # type: ignore[assignment]
-    state_dict = _STATE_DICT  # type: ignore[assignment]
-    load_state_dict = _LOAD_STATE_DICT  # type: ignore[assignment]
     step = _eager_step(_unwrapped(torch.optim.Adam.step))  # type: ignore[assignment]
 
 
-class RMSprop(torch.optim.RMSprop):
+class RMSprop(_Eager, torch.optim.RMSprop):
     """`torch.optim.RMSprop` without the TorchDynamo import (module docstring)."""
 
-    add_param_group = _ADD_PARAM_GROUP  # type: ignore[assignment]
-    zero_grad = _ZERO_GRAD  # type: ignore[assignment]
-    state_dict = _STATE_DICT  # type: ignore[assignment]
-    load_state_dict = _LOAD_STATE_DICT  # type: ignore[assignment]
     step = _eager_step(_unwrapped(torch.optim.RMSprop.step))  # type: ignore[assignment]
