@@ -92,11 +92,15 @@ def gpus_visible():
     hide_gpus()
 
 
-# the longest tests (2 and 1 minutes on 2 cores), started first: under `-n 2` one that
-# starts last keeps a worker busy after the other has finished
+# the longest tests, started first: under `-n 2` one that starts last keeps a worker busy
+# after the other has finished. The first two (3 and 1.5 minutes of CPU) are marked `long`,
+# the others (half a minute each) run by default.
 LONGEST_FIRST = (
     "test_the_readme_examples_run",
     "test_interrupted_halfway_and_run_again_every_cell_is_done_once",
+    "test_every_family_decodes_as_decode_does_without_transduce",
+    "test_the_seeds_of_a_system_decode_the_test_split_as_one_ensemble",
+    "test_two_processes_under_torchrun_match_one_process",
 )
 
 

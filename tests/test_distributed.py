@@ -312,7 +312,9 @@ def test_ctrl_c_stops_every_process_after_its_update(copy, tmp_path):
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds processes in /proc")
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGKILL"])
+@pytest.mark.parametrize(
+    "sig", [pytest.param(s, marks=pytest.mark.long) for s in ("SIGTERM", "SIGHUP")] + ["SIGKILL"]
+)
 def test_a_killed_launcher_leaves_no_training_process_and_the_run_resumes(copy, tmp_path, sig):
     """N9: `kill PID` of `train --nproc 2` (SIGTERM, or SIGHUP: to the launcher alone) is
     a Ctrl-C for the training processes, without torch's "Received 15 death signal" line;

@@ -83,6 +83,7 @@ def test_the_grid_is_every_system_dataset_and_seed(grid):
     assert cell.overrides[-1] == "train.seed=2"
 
 
+@pytest.mark.long
 def test_interrupted_halfway_and_run_again_every_cell_is_done_once(grid, tmp_path):
     """SIGINT to the command's process group (as Ctrl-C at a terminal) once 2 cells have
     finished: exit 130, the running cells stop with a last.pt; the same command again
@@ -154,7 +155,9 @@ def test_interrupted_halfway_and_run_again_every_cell_is_done_once(grid, tmp_pat
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds processes in /proc")
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGKILL"])
+@pytest.mark.parametrize(
+    "sig", [pytest.param("SIGTERM", marks=pytest.mark.long), "SIGINT", "SIGKILL"]
+)
 def test_a_killed_runner_leaves_no_training_process_and_a_rerun_resumes(tmp_path, sig):
     """N9: `kill PID` (SIGTERM, to the runner alone) is a Ctrl-C for the running cells, so
     is `kill -INT PID` (it stopped nothing while the cells were left to get a terminal's

@@ -412,6 +412,7 @@ def test_a_second_writer_is_refused_with_the_holders_pid(toy, tmp_path: Path):
             time.sleep(0.05)
         else:
             pytest.fail("the first process took no lock in 150 s")
+        os.kill(first.pid, signal.SIGSTOP)  # holding the lock, stopped: no CPU for the others
         second = train(config, run, "--set", "train.max_updates=2")
         assert second.returncode == 2, second.stderr
         assert f"PID {first.pid}" in second.stderr

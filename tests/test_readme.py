@@ -201,6 +201,7 @@ def _run(command: str, work: Path, env: dict[str, str]) -> subprocess.CompletedP
     )  # fmt: skip
 
 
+@pytest.mark.long
 def test_the_readme_examples_run(tmp_path: Path):
     pytest.importorskip("subword_nmt")  # `prepare parallel --subwords subword-nmt`
     work = _stand_ins(tmp_path)
