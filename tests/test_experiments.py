@@ -1529,6 +1529,80 @@ def test_export_takes_the_test_split_where_metrics_are_scored_again(tmp_path):
     assert again["unscored"] == {}
 
 
+
+def test_exports_of_parts_of_a_grid_add_up_in_one_dest(tmp_path):
+    """A grid run in parts on machines that may not come back: each part's export keeps
+    what the earlier ones put in DEST (the cells and ensembles this part has not finished,
+    in its cells.json as well), a cell run again replaces DEST's, and an ensemble whose
+    member was run again is no longer done."""
+    from transduce.experiments import ensembles as ens
+    from transduce.experiments.export import export
+
+    cells = [spec.Cell("a", d, s, "", ()) for d in ("x", "y") for s in (1, 2)]
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml", cells, ["a"], ["x", "y"], [1, 2], ["acc"],
+        ensemble=spec.EnsembleSpec(("a",), "probability"),
+    )  # fmt: skip
+    groups = {g.id: g for g in ens.groups(experiment)}
+
+    def part(name: str, scores: dict[str, float]) -> Path:
+        """A machine's experiment directory that has run `scores`' cells (and the
+        ensemble of each dataset whose seeds it has both run)."""
+        directory = tmp_path / name
+        for cell, acc in scores.items():
+            fake_run(directory, cell, {"acc": acc})
+            (directory / "runs" / cell / "test.predictions").write_text(f"{cell}\n")
+        for group in groups.values():
+            if all(m in scores for m in group.members):
+                folder = directory / "ensembles" / group.id
+                folder.mkdir(parents=True)
+                (folder / "test.predictions").write_text(f"{name}\n")
+                record = {
+                    "members": ens.fingerprint(directory, group),
+                    "mean": group.mean,
+                    "test_predictions_sha256": runner_sha(folder / "test.predictions"),
+                    "test": {"acc": 90.0},
+                }
+                (folder / "ensemble.json").write_text(json.dumps(record))
+        runner.write_state(
+            directory,
+            runner.state(experiment, directory, [], ens.states(experiment, directory, [])),
+        )
+        return directory
+
+    def statuses(dest: Path) -> dict[str, str]:
+        data = json.loads((dest / "cells.json").read_text())
+        return {e["id"]: e["status"] for e in data["cells"] + data["ensembles"]}
+
+    dest = tmp_path / "results"
+    first = part("m1", {"a.x.seed1": 50.0, "a.x.seed2": 60.0})
+    export(first, dest)
+    assert statuses(dest) == {
+        "a.x.seed1": "done", "a.x.seed2": "done", "a.y.seed1": "pending",
+        "a.y.seed2": "pending", "a.x": "done", "a.y": "pending",
+    }  # fmt: skip
+    second = part("m2", {"a.y.seed1": 70.0, "a.y.seed2": 80.0})
+    export(second, dest)
+    assert set(statuses(dest).values()) == {"done"}
+    table = report.table(runner.read_state(dest), dest)
+    assert table["not_done"] == [] and table["ensembles_out_of_date"] == []
+    manifest = json.loads((dest / "export.json").read_text())
+    assert manifest["sources"] == [str(first.resolve()), str(second.resolve())]
+    assert manifest["source"] == str(second.resolve())
+    for name, digest in manifest["files"].items():  # the merged cells.json too
+        assert runner_sha(dest / name) == digest, name
+    # a third machine runs x's seed 2 again: it replaces DEST's, and x's ensemble is stale
+    third = part("m3", {"a.x.seed2": 65.0})
+    export(third, dest)
+    assert json.loads((dest / "runs/a.x.seed2/train.json").read_text())["test"]["acc"] == 65.0
+    assert statuses(dest) == {
+        "a.x.seed1": "done", "a.x.seed2": "done", "a.y.seed1": "done",
+        "a.y.seed2": "done", "a.x": "pending", "a.y": "done",
+    }  # fmt: skip
+    table = report.table(runner.read_state(dest), dest)
+    assert table["ensembles_out_of_date"] == ["a.x"]
+
+
 # ---------------------------------------------------------------------- random search
 
 SPACE = {

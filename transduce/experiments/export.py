@@ -9,17 +9,37 @@ test split as runs/CELL/data/test.tsv (the report scores test.predictions agains
 DEST/export.json lists every file it wrote with its sha256: an export again replaces
 those (if unchanged since), and refuses, before copying anything, to overwrite any other
 file.
+
+Exports into one DEST add up: a grid run in parts, on machines that may not come back,
+is exported part by part (each machine's EXP_DIR has run some cells; the others are
+pending there). The files of a run or ensemble that this EXP_DIR has not finished stay
+as an earlier export wrote them, and so does its entry in DEST's cells.json: a cell done
+there and not here stays done (its train.json is still in DEST), an ensemble stays done
+while its ensemble.json still describes DEST's members (`ensembles.up_to_date`; a member
+trained again since leaves it stale, and its entry is this EXP_DIR's). A cell or
+ensemble that this EXP_DIR has finished replaces DEST's. export.json's `sources` lists
+every EXP_DIR exported into DEST (`source`: the latest).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from transduce import runs
 from transduce.errors import ConfigError
 from transduce.experiments import ensembles, report
-from transduce.experiments.runner import RUNS, STATE, finished, read_state, run_report
+from transduce.experiments.runner import (
+    DONE,
+    RUNS,
+    STATE,
+    finished,
+    read_state,
+    run_report,
+    state_problem,
+)
+from transduce.experiments.spec import Experiment
 
 MANIFEST = "export.json"
 SCHEMA = "transduce.experiment-export/1"
@@ -101,19 +121,89 @@ def export(directory: Path, destination: Path) -> dict[str, str]:
                 f"{target}: exists and was not written by an export (or changed since); "
                 "will not overwrite it (choose another DEST, or remove it)"
             )
+    earlier = _earlier_state(destination, written)
     out = {}
     for name, source in wanted.items():
+        if name == STATE:
+            continue  # last: merged with the earlier exports' (`_merge_state`)
         content = source.read_bytes()
         target = destination / name
         target.parent.mkdir(parents=True, exist_ok=True)
         with atomic_binary(target) as handle:
             handle.write(content)
         out[name] = sha256_file(target)
+    destination.mkdir(parents=True, exist_ok=True)
+    if earlier is None:
+        with atomic_binary(destination / STATE) as handle:
+            handle.write(wanted[STATE].read_bytes())
+    else:
+        state = json.loads(wanted[STATE].read_text(encoding="utf-8"))
+        state = _merge_state(state, earlier, destination, read_state(directory))
+        atomic_write_text(destination / STATE, json.dumps(state, indent=1) + "\n")
+    out[STATE] = sha256_file(destination / STATE)
     kept = {
         name: digest
         for name, digest in written.items()
         if name not in out and (destination / name).is_file()
     }
-    manifest = {"schema": SCHEMA, "source": str(directory.resolve()), "files": {**kept, **out}}
+    sources = _earlier_sources(destination) if written else []
+    here = str(directory.resolve())
+    manifest = {
+        "schema": SCHEMA,
+        "source": here,
+        "sources": [s for s in sources if s != here] + [here],
+        "files": {**kept, **out},
+    }
     atomic_write_text(destination / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return out
+
+
+def _earlier_state(destination: Path, written: dict[str, str]) -> dict[str, Any] | None:
+    """DEST's cells.json as an earlier export wrote it (None: none there)."""
+    if STATE not in written or not (destination / STATE).is_file():
+        return None
+    try:
+        data = json.loads((destination / STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if state_problem(data) is None else None
+
+
+def _earlier_sources(destination: Path) -> list[str]:
+    """The EXP_DIRs exported into DEST before (an export.json before `sources`: its
+    `source`)."""
+    data = json.loads((destination / MANIFEST).read_text(encoding="utf-8"))
+    sources = data.get("sources")
+    if isinstance(sources, list):
+        return [str(s) for s in sources]
+    return [str(data["source"])] if data.get("source") else []
+
+
+def _merge_state(
+    state: dict[str, Any], earlier: dict[str, Any], destination: Path, experiment: Experiment
+) -> dict[str, Any]:
+    """This EXP_DIR's cells.json, with the entries of the cells and ensembles that it has
+    not finished and an earlier export into DEST had (see the module docstring)."""
+    before = {c["id"]: c for c in earlier.get("cells", []) if isinstance(c, dict) and "id" in c}
+    cells = []
+    for cell in state["cells"]:
+        old = before.get(cell.get("id"))
+        keep = (
+            cell.get("status") != DONE
+            and old is not None
+            and old.get("status") == DONE
+            and finished(destination / RUNS / cell["id"])
+        )
+        cells.append(old if keep else cell)
+    merged = {**state, "cells": cells}
+    if state.get("ensembles"):
+        kept = {
+            e["id"]: e
+            for e in ensembles.states(experiment, destination, [])
+            if e["status"] in (DONE, ensembles.NO_DEV)
+        }  # DEST's ensembles that still describe DEST's members
+        merged["ensembles"] = [
+            kept.get(e.get("id"), e) if e.get("status") not in (DONE, ensembles.NO_DEV) else e
+            for e in state["ensembles"]
+        ]
+    return merged
