@@ -1529,30 +1529,34 @@ def test_export_takes_the_test_split_where_metrics_are_scored_again(tmp_path):
     assert again["unscored"] == {}
 
 
-
 def test_exports_of_parts_of_a_grid_add_up_in_one_dest(tmp_path):
     """A grid run in parts on machines that may not come back: each part's export keeps
     what the earlier ones put in DEST (the cells and ensembles this part has not finished,
-    in its cells.json as well), a cell run again replaces DEST's, and an ensemble whose
-    member was run again is no longer done."""
+    in its cells.json as well), a cell run again replaces DEST's, an ensemble whose member
+    was run again is no longer done, the grid may grow between exports but not shrink."""
     from transduce.experiments import ensembles as ens
     from transduce.experiments.export import export
+    from transduce.runs import RunDir
 
-    cells = [spec.Cell("a", d, s, "", ()) for d in ("x", "y") for s in (1, 2)]
-    experiment = spec.Experiment(
-        tmp_path / "e.yaml", cells, ["a"], ["x", "y"], [1, 2], ["acc"],
-        ensemble=spec.EnsembleSpec(("a",), "probability"),
-    )  # fmt: skip
-    groups = {g.id: g for g in ens.groups(experiment)}
+    def grid(datasets: list[str]) -> spec.Experiment:
+        cells = [spec.Cell("a", d, s, "", ()) for d in datasets for s in (1, 2)]
+        return spec.Experiment(
+            tmp_path / "e.yaml", cells, ["a"], datasets, [1, 2], ["acc"],
+            ensemble=spec.EnsembleSpec(("a",), "probability"),
+        )  # fmt: skip
 
-    def part(name: str, scores: dict[str, float]) -> Path:
+    def part(name: str, scores: dict[str, float], datasets=("x", "y"), dev=True) -> Path:
         """A machine's experiment directory that has run `scores`' cells (and the
-        ensemble of each dataset whose seeds it has both run)."""
+        ensemble of each dataset whose seeds it has both run; without dev scores, and with
+        its members' models, when not `dev`)."""
+        experiment = grid(list(datasets))
         directory = tmp_path / name
         for cell, acc in scores.items():
             fake_run(directory, cell, {"acc": acc})
             (directory / "runs" / cell / "test.predictions").write_text(f"{cell}\n")
-        for group in groups.values():
+            if not dev:
+                RunDir(directory / "runs" / cell).model.write_bytes(b"model")
+        for group in ens.groups(experiment):
             if all(m in scores for m in group.members):
                 folder = directory / "ensembles" / group.id
                 folder.mkdir(parents=True)
@@ -1562,6 +1566,7 @@ def test_exports_of_parts_of_a_grid_add_up_in_one_dest(tmp_path):
                     "mean": group.mean,
                     "test_predictions_sha256": runner_sha(folder / "test.predictions"),
                     "test": {"acc": 90.0},
+                    **({"dev": {"acc": 91.0}} if dev else {}),
                 }
                 (folder / "ensemble.json").write_text(json.dumps(record))
         runner.write_state(
@@ -1574,18 +1579,25 @@ def test_exports_of_parts_of_a_grid_add_up_in_one_dest(tmp_path):
         data = json.loads((dest / "cells.json").read_text())
         return {e["id"]: e["status"] for e in data["cells"] + data["ensembles"]}
 
-    dest = tmp_path / "results"
-    first = part("m1", {"a.x.seed1": 50.0, "a.x.seed2": 60.0})
+    def table(dest: Path) -> dict:
+        return report.table(runner.read_state(dest), dest)
+
+    dest = tmp_path / "results" / "grid"  # made by the first export
+    first = part("m1", {"a.x.seed1": 50.0, "a.x.seed2": 60.0}, datasets=("x",), dev=False)
     export(first, dest)
-    assert statuses(dest) == {
-        "a.x.seed1": "done", "a.x.seed2": "done", "a.y.seed1": "pending",
-        "a.y.seed2": "pending", "a.x": "done", "a.y": "pending",
-    }  # fmt: skip
+    assert statuses(dest) == {"a.x.seed1": "done", "a.x.seed2": "done", "a.x": "no dev scores"}
+    manifest = json.loads((dest / "export.json").read_text())
+    assert manifest["sources"] == [str(first.resolve())]
+    del manifest["sources"]  # as an export before `sources` wrote it
+    (dest / "export.json").write_text(json.dumps(manifest))
+    # the grid grew (dataset y); this part ran y alone
     second = part("m2", {"a.y.seed1": 70.0, "a.y.seed2": 80.0})
     export(second, dest)
-    assert set(statuses(dest).values()) == {"done"}
-    table = report.table(runner.read_state(dest), dest)
-    assert table["not_done"] == [] and table["ensembles_out_of_date"] == []
+    assert statuses(dest) == {
+        "a.x.seed1": "done", "a.x.seed2": "done", "a.y.seed1": "done",
+        "a.y.seed2": "done", "a.x": "no dev scores", "a.y": "done",
+    }  # fmt: skip
+    assert table(dest)["not_done"] == [] and table(dest)["ensembles_out_of_date"] == []
     manifest = json.loads((dest / "export.json").read_text())
     assert manifest["sources"] == [str(first.resolve()), str(second.resolve())]
     assert manifest["source"] == str(second.resolve())
@@ -1599,8 +1611,22 @@ def test_exports_of_parts_of_a_grid_add_up_in_one_dest(tmp_path):
         "a.x.seed1": "done", "a.x.seed2": "done", "a.y.seed1": "done",
         "a.y.seed2": "done", "a.x": "pending", "a.y": "done",
     }  # fmt: skip
-    table = report.table(runner.read_state(dest), dest)
-    assert table["ensembles_out_of_date"] == ["a.x"]
+    assert table(dest)["ensembles_out_of_date"] == ["a.x"]
+    # a run whose files left DEST is no longer done there; the same part again: one source
+    (dest / "runs/a.y.seed1/train.json").unlink()
+    export(third, dest)
+    assert statuses(dest)["a.y.seed1"] == "pending" and statuses(dest)["a.y"] == "pending"
+    assert json.loads((dest / "export.json").read_text())["sources"] == [
+        str(first.resolve()), str(second.resolve()), str(third.resolve()),
+    ]  # fmt: skip
+    # a grid without y (fewer cells than DEST's) is refused before anything is copied
+    before = {q: q.read_bytes() for q in dest.rglob("*") if q.is_file()}
+    smaller = part("m4", {"a.x.seed1": 55.0}, datasets=("x",))
+    with pytest.raises(
+        spec.ConfigError, match=r"another grid than .*m4's, with 3 cells or ensembles"
+    ):
+        export(smaller, dest)
+    assert {q: q.read_bytes() for q in dest.rglob("*") if q.is_file()} == before
 
 
 # ---------------------------------------------------------------------- random search

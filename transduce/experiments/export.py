@@ -13,12 +13,15 @@ file.
 Exports into one DEST add up: a grid run in parts, on machines that may not come back,
 is exported part by part (each machine's EXP_DIR has run some cells; the others are
 pending there). The files of a run or ensemble that this EXP_DIR has not finished stay
-as an earlier export wrote them, and so does its entry in DEST's cells.json: a cell done
-there and not here stays done (its train.json is still in DEST), an ensemble stays done
-while its ensemble.json still describes DEST's members (`ensembles.up_to_date`; a member
-trained again since leaves it stale, and its entry is this EXP_DIR's). A cell or
-ensemble that this EXP_DIR has finished replaces DEST's. export.json's `sources` lists
-every EXP_DIR exported into DEST (`source`: the latest).
+as an earlier export wrote them, and where DEST has it done, so does its entry in DEST's
+cells.json: a cell stays done while its train.json is in DEST, an ensemble (done, or with
+no dev scores) while its ensemble.json describes DEST's members (`ensembles.up_to_date`;
+a member trained again since leaves it stale, and its entry is this EXP_DIR's). A cell or
+ensemble that this EXP_DIR has finished replaces DEST's. The grid may have grown since
+(a system added); an export of a grid that lacks some of DEST's cells or ensembles is
+refused, before anything is copied. export.json's `sources` lists the paths of
+the EXP_DIRs exported into DEST (each once, the latest last; `source`: the latest), so
+parts run in one path on different machines show as one.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ def export(directory: Path, destination: Path) -> dict[str, str]:
 
     directory, destination = Path(directory), Path(destination)
     wanted = files(directory)
+    state_bytes = wanted[STATE].read_bytes()  # read once: a running grid may change it
     if destination.exists() and not destination.is_dir():
         raise ConfigError(f"{destination}: exists and is not a directory")
     if destination.resolve() == directory.resolve():
@@ -122,6 +126,15 @@ def export(directory: Path, destination: Path) -> dict[str, str]:
                 "will not overwrite it (choose another DEST, or remove it)"
             )
     earlier = _earlier_state(destination, written)
+    state = json.loads(state_bytes.decode("utf-8"))
+    lost = sorted(_grid(earlier) - _grid(state)) if earlier is not None else []
+    if lost:
+        raise ConfigError(
+            f"{destination / STATE}: an export of another grid than {directory}'s, with "
+            f"{len(lost)} cells or ensembles it does not have ({', '.join(lost[:3])}"
+            f"{', ...' if len(lost) > 3 else ''}); will not merge them (choose another DEST)"
+        )
+    sources = _earlier_sources(destination) if written else []
     out = {}
     for name, source in wanted.items():
         if name == STATE:
@@ -135,9 +148,8 @@ def export(directory: Path, destination: Path) -> dict[str, str]:
     destination.mkdir(parents=True, exist_ok=True)
     if earlier is None:
         with atomic_binary(destination / STATE) as handle:
-            handle.write(wanted[STATE].read_bytes())
+            handle.write(state_bytes)
     else:
-        state = json.loads(wanted[STATE].read_text(encoding="utf-8"))
         state = _merge_state(state, earlier, destination, read_state(directory))
         atomic_write_text(destination / STATE, json.dumps(state, indent=1) + "\n")
     out[STATE] = sha256_file(destination / STATE)
@@ -146,7 +158,6 @@ def export(directory: Path, destination: Path) -> dict[str, str]:
         for name, digest in written.items()
         if name not in out and (destination / name).is_file()
     }
-    sources = _earlier_sources(destination) if written else []
     here = str(directory.resolve())
     manifest = {
         "schema": SCHEMA,
@@ -167,6 +178,16 @@ def _earlier_state(destination: Path, written: dict[str, str]) -> dict[str, Any]
     except (OSError, ValueError):
         return None
     return data if state_problem(data) is None else None
+
+
+def _grid(state: dict[str, Any]) -> set[str]:
+    """The ids of a cells.json's cells and ensembles (a later export into one DEST has
+    every one of the earlier's, and may have more: a grid that grew)."""
+    return {
+        str(entry.get("id"))
+        for entry in [*(state.get("cells") or []), *(state.get("ensembles") or [])]
+        if isinstance(entry, dict)
+    }
 
 
 def _earlier_sources(destination: Path) -> list[str]:
@@ -197,13 +218,21 @@ def _merge_state(
         cells.append(old if keep else cell)
     merged = {**state, "cells": cells}
     if state.get("ensembles"):
-        kept = {
-            e["id"]: e
+        up = {
+            e["id"]
             for e in ensembles.states(experiment, destination, [])
             if e["status"] in (DONE, ensembles.NO_DEV)
         }  # DEST's ensembles that still describe DEST's members
-        merged["ensembles"] = [
-            kept.get(e.get("id"), e) if e.get("status") not in (DONE, ensembles.NO_DEV) else e
-            for e in state["ensembles"]
-        ]
+        before = {e["id"]: e for e in earlier.get("ensembles") or [] if "id" in e}
+        entries = []
+        for entry in state["ensembles"]:
+            old = before.get(entry.get("id"))
+            keep = (
+                entry.get("status") not in (DONE, ensembles.NO_DEV)
+                and old is not None
+                and old.get("status") in (DONE, ensembles.NO_DEV)
+                and entry.get("id") in up
+            )
+            entries.append(old if keep else entry)
+        merged["ensembles"] = entries
     return merged
