@@ -2,8 +2,9 @@
 float16, where the device runs it.
 
 `train.precision` is one of `PRECISIONS`:
-- `fp32`: float32 everywhere, the same numbers on every machine (the paper recipes and the
-  main job pin it);
+- `fp32`: float32 everywhere (the paper recipes and the main job pin it): no machine
+  trains at a lower precision than another, but the numbers are not the same bit for bit
+  on every CPU (ATen's AVX2 and AVX512 kernels round differently; README, precision);
 - `bf16`: bfloat16 autocast. On CUDA where the GPU supports it (Ampere and later). On the
   CPU where oneDNN runs a bfloat16 LSTM: measured yes on the project's Intel machine with
   AMX and its AMD Zen 4 with AVX512-BF16, no on an AVX2-only AMD Zen 3, where `nn.LSTM`
