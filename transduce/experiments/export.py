@@ -27,6 +27,7 @@ parts run in one path on different machines show as one.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -205,34 +206,42 @@ def _merge_state(
 ) -> dict[str, Any]:
     """This EXP_DIR's cells.json, with the entries of the cells and ensembles that it has
     not finished and an earlier export into DEST had (see the module docstring)."""
-    before = {c["id"]: c for c in earlier.get("cells", []) if isinstance(c, dict) and "id" in c}
-    cells = []
-    for cell in state["cells"]:
-        old = before.get(cell.get("id"))
-        keep = (
-            cell.get("status") != DONE
-            and old is not None
-            and old.get("status") == DONE
-            and finished(destination / RUNS / cell["id"])
-        )
-        cells.append(old if keep else cell)
-    merged = {**state, "cells": cells}
+    merged = {
+        **state,
+        "cells": _kept(
+            state["cells"], earlier.get("cells"), (DONE,),
+            lambda cell: finished(destination / RUNS / cell),
+        ),
+    }  # fmt: skip
     if state.get("ensembles"):
-        up = {
-            e["id"]
-            for e in ensembles.states(experiment, destination, [])
-            if e["status"] in (DONE, ensembles.NO_DEV)
-        }  # DEST's ensembles that still describe DEST's members
-        before = {e["id"]: e for e in earlier.get("ensembles") or [] if "id" in e}
-        entries = []
-        for entry in state["ensembles"]:
-            old = before.get(entry.get("id"))
-            keep = (
-                entry.get("status") not in (DONE, ensembles.NO_DEV)
-                and old is not None
-                and old.get("status") in (DONE, ensembles.NO_DEV)
-                and entry.get("id") in up
-            )
-            entries.append(old if keep else entry)
-        merged["ensembles"] = entries
+        done = (DONE, ensembles.NO_DEV)
+        up = {  # DEST's ensembles that still describe DEST's members
+            e["id"] for e in ensembles.states(experiment, destination, []) if e["status"] in done
+        }
+        merged["ensembles"] = _kept(
+            state["ensembles"], earlier.get("ensembles"), done, up.__contains__
+        )
     return merged
+
+
+def _kept(
+    entries: list[dict[str, Any]],
+    earlier: list[Any] | None,
+    done: tuple[str, ...],
+    still_there: Callable[[str], bool],
+) -> list[dict[str, Any]]:
+    """`entries`, each not `done` replaced by the earlier entry of its id where that one is
+    `done` and its files are `still_there` in DEST."""
+    before = {e["id"]: e for e in earlier or [] if isinstance(e, dict) and "id" in e}
+    out = []
+    for entry in entries:
+        old = before.get(entry.get("id"))
+        if (
+            entry.get("status") not in done
+            and old is not None
+            and old.get("status") in done
+            and still_there(entry["id"])
+        ):
+            entry = old
+        out.append(entry)
+    return out
