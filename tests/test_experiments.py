@@ -1529,51 +1529,54 @@ def test_export_takes_the_test_split_where_metrics_are_scored_again(tmp_path):
     assert again["unscored"] == {}
 
 
+def _grid_part(
+    tmp_path: Path, name: str, scores: dict[str, float], datasets=("x", "y"), dev=True
+) -> Path:
+    """A machine's directory of a grid in parts (system a, `datasets`, seeds 1 and 2)
+    that has run `scores`' cells, and the ensemble of each dataset whose seeds it has both
+    run (without dev scores, and with its members' models, when not `dev`)."""
+    from transduce.experiments import ensembles as ens
+    from transduce.runs import RunDir
+
+    cells = [spec.Cell("a", d, s, "", ()) for d in datasets for s in (1, 2)]
+    experiment = spec.Experiment(
+        tmp_path / "e.yaml", cells, ["a"], list(datasets), [1, 2], ["acc"],
+        ensemble=spec.EnsembleSpec(("a",), "probability"),
+    )  # fmt: skip
+    directory = tmp_path / name
+    for cell, acc in scores.items():
+        fake_run(directory, cell, {"acc": acc})
+        (directory / "runs" / cell / "test.predictions").write_text(f"{cell}\n")
+        if not dev:
+            RunDir(directory / "runs" / cell).model.write_bytes(b"model")
+    for group in ens.groups(experiment):
+        if all(m in scores for m in group.members):
+            folder = directory / "ensembles" / group.id
+            folder.mkdir(parents=True)
+            (folder / "test.predictions").write_text(f"{name}\n")
+            record = {
+                "members": ens.fingerprint(directory, group),
+                "mean": group.mean,
+                "test_predictions_sha256": runner_sha(folder / "test.predictions"),
+                "test": {"acc": 90.0},
+                **({"dev": {"acc": 91.0}} if dev else {}),
+            }
+            (folder / "ensemble.json").write_text(json.dumps(record))
+    runner.write_state(
+        directory, runner.state(experiment, directory, [], ens.states(experiment, directory, []))
+    )
+    return directory
+
+
 def test_exports_of_parts_of_a_grid_add_up_in_one_dest(tmp_path):
     """A grid run in parts on machines that may not come back: each part's export keeps
     what the earlier ones put in DEST (the cells and ensembles this part has not finished,
     in its cells.json as well), a cell run again replaces DEST's, an ensemble whose member
     was run again is no longer done, the grid may grow between exports but not shrink."""
-    from transduce.experiments import ensembles as ens
     from transduce.experiments.export import export
-    from transduce.runs import RunDir
-
-    def grid(datasets: list[str]) -> spec.Experiment:
-        cells = [spec.Cell("a", d, s, "", ()) for d in datasets for s in (1, 2)]
-        return spec.Experiment(
-            tmp_path / "e.yaml", cells, ["a"], datasets, [1, 2], ["acc"],
-            ensemble=spec.EnsembleSpec(("a",), "probability"),
-        )  # fmt: skip
 
     def part(name: str, scores: dict[str, float], datasets=("x", "y"), dev=True) -> Path:
-        """A machine's experiment directory that has run `scores`' cells (and the
-        ensemble of each dataset whose seeds it has both run; without dev scores, and with
-        its members' models, when not `dev`)."""
-        experiment = grid(list(datasets))
-        directory = tmp_path / name
-        for cell, acc in scores.items():
-            fake_run(directory, cell, {"acc": acc})
-            (directory / "runs" / cell / "test.predictions").write_text(f"{cell}\n")
-            if not dev:
-                RunDir(directory / "runs" / cell).model.write_bytes(b"model")
-        for group in ens.groups(experiment):
-            if all(m in scores for m in group.members):
-                folder = directory / "ensembles" / group.id
-                folder.mkdir(parents=True)
-                (folder / "test.predictions").write_text(f"{name}\n")
-                record = {
-                    "members": ens.fingerprint(directory, group),
-                    "mean": group.mean,
-                    "test_predictions_sha256": runner_sha(folder / "test.predictions"),
-                    "test": {"acc": 90.0},
-                    **({"dev": {"acc": 91.0}} if dev else {}),
-                }
-                (folder / "ensemble.json").write_text(json.dumps(record))
-        runner.write_state(
-            directory,
-            runner.state(experiment, directory, [], ens.states(experiment, directory, [])),
-        )
-        return directory
+        return _grid_part(tmp_path, name, scores, datasets, dev)
 
     def statuses(dest: Path) -> dict[str, str]:
         data = json.loads((dest / "cells.json").read_text())
@@ -1627,6 +1630,66 @@ def test_exports_of_parts_of_a_grid_add_up_in_one_dest(tmp_path):
     ):
         export(smaller, dest)
     assert {q: q.read_bytes() for q in dest.rglob("*") if q.is_file()} == before
+
+
+def test_an_export_cut_short_at_any_write_is_finished_by_the_next(tmp_path, monkeypatch):
+    """A crash (the machine gone) at any file write of an export into a DEST that an
+    earlier export filled: the next export accepts what it left (each file as before, or
+    as it was about to write it) and leaves DEST as an export that was never cut short."""
+    import contextlib
+
+    from transduce import io
+    from transduce.experiments.export import export
+
+    first = _grid_part(tmp_path, "m1", {"a.x.seed1": 50.0, "a.x.seed2": 60.0})
+    second = _grid_part(tmp_path, "m2", {"a.y.seed1": 70.0, "a.y.seed2": 80.0})
+    second_again = _grid_part(tmp_path, "m2b", {"a.x.seed2": 65.0})
+    clean = tmp_path / "clean"
+    for part in (first, second, second_again):
+        export(part, clean)
+    expected = {str(q.relative_to(clean)): q.read_bytes() for q in clean.rglob("*")
+                if q.is_file()}  # fmt: skip
+
+    real_binary, real_text = io.atomic_binary, io.atomic_write_text
+    writes: list[str] = []
+    cut_at = [0]
+
+    def write(path) -> None:
+        writes.append(Path(path).name)
+        if len(writes) == cut_at[0]:
+            raise OSError("the machine is gone")
+
+    @contextlib.contextmanager
+    def binary(path):
+        write(path)
+        with real_binary(path) as handle:
+            yield handle
+
+    def text(path, content) -> None:
+        write(path)
+        real_text(path, content)
+
+    monkeypatch.setattr(io, "atomic_binary", binary)
+    monkeypatch.setattr(io, "atomic_write_text", text)
+    export(first, tmp_path / "count")
+    export(second, tmp_path / "count")
+    writes.clear()
+    export(second_again, tmp_path / "count")  # a DEST's third export: how many writes
+    total = len(writes)
+    assert {"export.json", "cells.json", "train.json"} <= set(writes) and total >= 6
+    for k in range(1, total + 1):
+        dest = tmp_path / f"dest{k}"
+        cut_at[0] = 0
+        export(first, dest)
+        export(second, dest)
+        writes.clear()
+        cut_at[0] = k
+        with pytest.raises(OSError, match="the machine is gone"):
+            export(second_again, dest)
+        cut_at[0] = 0
+        export(second_again, dest)  # refused before `pending`
+        got = {str(q.relative_to(dest)): q.read_bytes() for q in dest.rglob("*") if q.is_file()}
+        assert got == expected, k
 
 
 # ---------------------------------------------------------------------- random search

@@ -8,7 +8,10 @@ test.predictions; and, when the experiment scores metrics again (`score:`), each
 test split as runs/CELL/data/test.tsv (the report scores test.predictions against it).
 DEST/export.json lists every file it wrote with its sha256: an export again replaces
 those (if unchanged since), and refuses, before copying anything, to overwrite any other
-file.
+file. Before it copies, an export records in export.json (`pending`) the sha256 of each
+file it is about to write; each file is replaced whole (write and rename), so an export
+cut short (a crash, the machine gone) leaves every file either as before or as it meant
+to write it, and the next export accepts both.
 
 Exports into one DEST add up: a grid run in parts, on machines that may not come back,
 is exported part by part (each machine's EXP_DIR has run some cells; the others are
@@ -26,6 +29,7 @@ parts run in one path on different machines show as one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -84,8 +88,9 @@ def _test_split(run_dir: Path, run: runs.RunReport) -> Path | None:
     return None
 
 
-def _manifest(destination: Path) -> dict[str, str]:
-    """The files an earlier export wrote in `destination` (relative path: sha256)."""
+def _manifest(destination: Path) -> dict[str, set[str]]:
+    """The files an earlier export wrote in `destination` (relative path: each sha256 it
+    may have: as written, or as an export cut short was about to write it)."""
     path = destination / MANIFEST
     if not path.exists():
         return {}
@@ -93,7 +98,10 @@ def _manifest(destination: Path) -> dict[str, str]:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("schema") != SCHEMA:
             raise ValueError
-        return {str(k): str(v) for k, v in data["files"].items()}
+        out = {str(k): {str(v)} for k, v in data["files"].items()}
+        for name, digest in (data.get("pending") or {}).items():
+            out.setdefault(str(name), set()).add(str(digest))
+        return out
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise ConfigError(
             f"{path}: not written by `transduce experiment export`; will not overwrite it "
@@ -121,7 +129,7 @@ def export(directory: Path, destination: Path) -> dict[str, str]:
     written = _manifest(destination) if destination.is_dir() else {}
     for name in wanted:
         target = destination / name
-        if target.exists() and (name not in written or sha256_file(target) != written[name]):
+        if target.exists() and sha256_file(target) not in written.get(name, ()):
             raise ConfigError(
                 f"{target}: exists and was not written by an export (or changed since); "
                 "will not overwrite it (choose another DEST, or remove it)"
@@ -136,41 +144,61 @@ def export(directory: Path, destination: Path) -> dict[str, str]:
             f"{', ...' if len(lost) > 3 else ''}); will not merge them (choose another DEST)"
         )
     sources = _earlier_sources(destination) if written else []
+    here = str(directory.resolve())
+    sources = [s for s in sources if s != here] + [here]
+    contents = {name: source.read_bytes() for name, source in wanted.items() if name != STATE}
+    destination.mkdir(parents=True, exist_ok=True)
+    kept = _present(destination, written)
+    pending = {name: hashlib.sha256(content).hexdigest() for name, content in contents.items()}
+
+    def manifest(files: dict[str, str], pending: dict[str, str] | None = None) -> None:
+        data = {
+            "schema": SCHEMA,
+            "source": here,
+            "sources": sources,
+            "files": dict(sorted(files.items())),
+        }
+        if pending:
+            data["pending"] = pending
+        atomic_write_text(destination / MANIFEST, json.dumps(data, indent=1) + "\n")
+
+    manifest(kept, pending)  # before the first copy: an export cut short is resumable
     out = {}
-    for name, source in wanted.items():
-        if name == STATE:
-            continue  # last: merged with the earlier exports' (`_merge_state`)
-        content = source.read_bytes()
+    for name, content in contents.items():
         target = destination / name
         target.parent.mkdir(parents=True, exist_ok=True)
         with atomic_binary(target) as handle:
             handle.write(content)
-        out[name] = sha256_file(target)
-    destination.mkdir(parents=True, exist_ok=True)
+        out[name] = pending[name]
     if earlier is None:
-        with atomic_binary(destination / STATE) as handle:
-            handle.write(state_bytes)
-    else:
+        new_state = state_bytes
+    else:  # merged with the earlier exports' (`_merge_state`), once the runs are in DEST
         state = _merge_state(state, earlier, destination, read_state(directory))
-        atomic_write_text(destination / STATE, json.dumps(state, indent=1) + "\n")
-    out[STATE] = sha256_file(destination / STATE)
-    kept = {
-        name: digest
-        for name, digest in written.items()
-        if name not in out and (destination / name).is_file()
-    }
-    here = str(directory.resolve())
-    manifest = {
-        "schema": SCHEMA,
-        "source": here,
-        "sources": [s for s in sources if s != here] + [here],
-        "files": {**kept, **out},
-    }
-    atomic_write_text(destination / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+        new_state = (json.dumps(state, indent=1) + "\n").encode("utf-8")
+    state_digest = hashlib.sha256(new_state).hexdigest()
+    manifest({**kept, **out}, {STATE: state_digest})
+    with atomic_binary(destination / STATE) as handle:
+        handle.write(new_state)
+    out[STATE] = state_digest
+    manifest({**_present(destination, written), **out})
     return out
 
 
-def _earlier_state(destination: Path, written: dict[str, str]) -> dict[str, Any] | None:
+def _present(destination: Path, written: dict[str, set[str]]) -> dict[str, str]:
+    """The files an earlier export wrote that are in DEST as it wrote them (relative
+    path: sha256)."""
+    from transduce.io import sha256_file
+
+    out = {}
+    for name, digests in written.items():
+        if (destination / name).is_file():
+            digest = sha256_file(destination / name)
+            if digest in digests:
+                out[name] = digest
+    return out
+
+
+def _earlier_state(destination: Path, written: dict[str, set[str]]) -> dict[str, Any] | None:
     """DEST's cells.json as an earlier export wrote it (None: none there)."""
     if STATE not in written or not (destination / STATE).is_file():
         return None
