@@ -1546,7 +1546,7 @@ def _grid_part(
     directory = tmp_path / name
     for cell, acc in scores.items():
         fake_run(directory, cell, {"acc": acc})
-        (directory / "runs" / cell / "test.predictions").write_text(f"{cell}\n")
+        (directory / "runs" / cell / "test.predictions").write_text(f"{name} {cell}\n")
         if not dev:
             RunDir(directory / "runs" / cell).model.write_bytes(b"model")
     for group in ens.groups(experiment):
@@ -1632,10 +1632,12 @@ def test_exports_of_parts_of_a_grid_add_up_in_one_dest(tmp_path):
     assert {q: q.read_bytes() for q in dest.rglob("*") if q.is_file()} == before
 
 
-def test_an_export_cut_short_at_any_write_is_finished_by_the_next(tmp_path, monkeypatch):
-    """A crash (the machine gone) at any file write of an export into a DEST that an
-    earlier export filled: the next export accepts what it left (each file as before, or
-    as it was about to write it) and leaves DEST as an export that was never cut short."""
+def test_an_export_cut_short_at_any_write_is_finished_by_exporting_it_again(tmp_path, monkeypatch):
+    """A crash at any file write of an export (the first into DEST, or one into a DEST
+    that earlier exports filled): an export of the same EXP_DIR again accepts what it left
+    (each file as before, or as it was about to write it) and leaves DEST as an export that
+    was never cut short; an export of another EXP_DIR is refused meanwhile, since a cell's
+    files may be half replaced. A killed export's temporary files are removed."""
     import contextlib
 
     from transduce import io
@@ -1643,12 +1645,17 @@ def test_an_export_cut_short_at_any_write_is_finished_by_the_next(tmp_path, monk
 
     first = _grid_part(tmp_path, "m1", {"a.x.seed1": 50.0, "a.x.seed2": 60.0})
     second = _grid_part(tmp_path, "m2", {"a.y.seed1": 70.0, "a.y.seed2": 80.0})
-    second_again = _grid_part(tmp_path, "m2b", {"a.x.seed2": 65.0})
-    clean = tmp_path / "clean"
-    for part in (first, second, second_again):
-        export(part, clean)
-    expected = {str(q.relative_to(clean)): q.read_bytes() for q in clean.rglob("*")
-                if q.is_file()}  # fmt: skip
+    again = _grid_part(tmp_path, "m3", {"a.x.seed2": 65.0})
+
+    def contents(dest: Path) -> dict[str, bytes]:
+        return {str(q.relative_to(dest)): q.read_bytes() for q in dest.rglob("*") if q.is_file()}
+
+    expected = {}
+    for parts in ((first,), (first, second, again)):
+        clean = tmp_path / f"clean{len(parts)}"
+        for part in parts:
+            export(part, clean)
+        expected[len(parts)] = contents(clean)
 
     real_binary, real_text = io.atomic_binary, io.atomic_write_text
     writes: list[str] = []
@@ -1671,25 +1678,54 @@ def test_an_export_cut_short_at_any_write_is_finished_by_the_next(tmp_path, monk
 
     monkeypatch.setattr(io, "atomic_binary", binary)
     monkeypatch.setattr(io, "atomic_write_text", text)
-    export(first, tmp_path / "count")
-    export(second, tmp_path / "count")
-    writes.clear()
-    export(second_again, tmp_path / "count")  # a DEST's third export: how many writes
-    total = len(writes)
-    assert {"export.json", "cells.json", "train.json"} <= set(writes) and total >= 6
-    for k in range(1, total + 1):
-        dest = tmp_path / f"dest{k}"
-        cut_at[0] = 0
-        export(first, dest)
-        export(second, dest)
+    for parts in ((first,), (first, second, again)):
+        *before, last = parts
         writes.clear()
-        cut_at[0] = k
-        with pytest.raises(OSError, match="the machine is gone"):
-            export(second_again, dest)
-        cut_at[0] = 0
-        export(second_again, dest)  # refused before `pending`
-        got = {str(q.relative_to(dest)): q.read_bytes() for q in dest.rglob("*") if q.is_file()}
-        assert got == expected, k
+        for part in parts:
+            export(part, tmp_path / f"count{len(parts)}")
+        total = len(writes)  # writes of the last export (and the earlier ones)
+        assert {"export.json", "cells.json", "train.json", "test.predictions"} <= set(writes)
+        for k in range(1, total + 1):
+            dest = tmp_path / f"dest{len(parts)}-{k}"
+            cut_at[0] = 0
+            for part in before:
+                export(part, dest)
+            start = contents(dest) if dest.exists() else {}
+            writes.clear()
+            cut_at[0] = k
+            try:
+                export(last, dest)
+            except OSError as error:
+                assert "the machine is gone" in str(error)
+            else:
+                continue  # k is past the last export's writes
+            cut_at[0] = 0
+            manifest = dest / "export.json"
+            if manifest.exists() and "pending" in json.loads(manifest.read_text()):
+                held = contents(dest)
+                with pytest.raises(spec.ConfigError, match=r"an export of .*m\d into it was"):
+                    export(first if last is again else second, dest)
+                assert contents(dest) == held  # refused, nothing touched
+            else:  # cut before anything was written
+                assert contents(dest) == start
+            export(last, dest)
+            assert contents(dest) == expected[len(parts)], (len(parts), k)
+
+    # a kill (no cleanup of the temporary file), then the same export again by the CLI
+    monkeypatch.undo()
+    dest = tmp_path / "killed"
+    export(first, dest)
+    export(second, dest)
+    env = {**transduce_env(), "TRANSDUCE_FAULT": "before-rename:test.predictions"}
+    killed = subprocess.run(
+        [sys.executable, "-m", "transduce", "experiment", "export", str(again), str(dest)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    assert any(".test.predictions.transduce-" in q.name for q in dest.rglob("*"))
+    assert run_experiment("export", again, dest, cwd=tmp_path).returncode == 0
+    assert contents(dest) == expected[3]
+    assert sorted(q.name for q in tmp_path.iterdir() if q.name.startswith(".")) == []
 
 
 # ---------------------------------------------------------------------- random search

@@ -8,10 +8,13 @@ test.predictions; and, when the experiment scores metrics again (`score:`), each
 test split as runs/CELL/data/test.tsv (the report scores test.predictions against it).
 DEST/export.json lists every file it wrote with its sha256: an export again replaces
 those (if unchanged since), and refuses, before copying anything, to overwrite any other
-file. Before it copies, an export records in export.json (`pending`) the sha256 of each
-file it is about to write; each file is replaced whole (write and rename), so an export
-cut short (a crash, the machine gone) leaves every file either as before or as it meant
-to write it, and the next export accepts both.
+file. One export into a DEST at a time (a lock beside it, `.DEST.export.lock`). Before
+it copies, an export records in export.json (`pending`) the sha256 of each file it is
+about to write; each file is replaced whole (write and rename), so an export cut short (a
+crash, a kill) leaves every file either as before or as it meant to write it (and maybe
+a temporary file beside it). An export of the same EXP_DIR again accepts both, removes
+the temporaries and finishes it; an export of another EXP_DIR is refused until then,
+since the cut-short one may have left a cell's files half replaced.
 
 Exports into one DEST add up: a grid run in parts, on machines that may not come back,
 is exported part by part (each machine's EXP_DIR has run some cells; the others are
@@ -88,20 +91,20 @@ def _test_split(run_dir: Path, run: runs.RunReport) -> Path | None:
     return None
 
 
-def _manifest(destination: Path) -> dict[str, set[str]]:
-    """The files an earlier export wrote in `destination` (relative path: each sha256 it
-    may have: as written, or as an export cut short was about to write it)."""
+def _manifest(destination: Path) -> tuple[dict[str, str], dict[str, str], str | None]:
+    """What an earlier export wrote in `destination`: its files (relative path: sha256),
+    and, where an export was cut short, the files it was about to write (`pending`) and
+    its EXP_DIR (None: none was cut short)."""
     path = destination / MANIFEST
     if not path.exists():
-        return {}
+        return {}, {}, None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("schema") != SCHEMA:
             raise ValueError
-        out = {str(k): {str(v)} for k, v in data["files"].items()}
-        for name, digest in (data.get("pending") or {}).items():
-            out.setdefault(str(name), set()).add(str(digest))
-        return out
+        files = {str(k): str(v) for k, v in data["files"].items()}
+        pending = {str(k): str(v) for k, v in (data.get("pending") or {}).items()}
+        return files, pending, (str(data["source"]) if pending else None)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise ConfigError(
             f"{path}: not written by `transduce experiment export`; will not overwrite it "
@@ -115,26 +118,48 @@ def export(directory: Path, destination: Path) -> dict[str, str]:
 
     Raises:
         ConfigError: not an experiment directory, DEST not a directory, or a file in DEST
-            that an export did not write, or that changed since (nothing is copied).
+            that an export did not write, or that changed since, or an export of another
+            EXP_DIR cut short there (nothing is copied).
+        TransduceError: another export into DEST is under way.
     """
-    from transduce.io import atomic_binary, atomic_write_text, sha256_file
+    from transduce.locking import DirectoryLock
 
     directory, destination = Path(directory), Path(destination)
     wanted = files(directory)
-    state_bytes = wanted[STATE].read_bytes()  # read once: a running grid may change it
     if destination.exists() and not destination.is_dir():
         raise ConfigError(f"{destination}: exists and is not a directory")
     if destination.resolve() == directory.resolve():
         raise ConfigError(f"{destination}: is the experiment directory itself")
-    written = _manifest(destination) if destination.is_dir() else {}
+    parent = destination.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    with DirectoryLock(parent / f".{destination.name}.export.lock", destination):
+        return _export(directory, destination, wanted)
+
+
+def _export(directory: Path, destination: Path, wanted: dict[str, Path]) -> dict[str, str]:
+    """`export`, with DEST's lock held."""
+    from transduce.io import atomic_binary, atomic_write_text, sha256_file
+
+    state_bytes = wanted[STATE].read_bytes()  # read once: a running grid may change it
+    here = str(directory.resolve())
+    recorded, pending, cut_short = (
+        _manifest(destination) if destination.is_dir() else ({}, {}, None)
+    )
+    if cut_short is not None and cut_short != here:
+        raise ConfigError(
+            f"{destination / MANIFEST}: an export of {cut_short} into it was cut short; "
+            "export that again to finish it (or put DEST back as it was before it, e.g. "
+            "with git)"
+        )
+    accepted = {name: {recorded.get(name), pending.get(name)} for name in {*recorded, *pending}}
     for name in wanted:
         target = destination / name
-        if target.exists() and sha256_file(target) not in written.get(name, ()):
+        if target.exists() and sha256_file(target) not in accepted.get(name, ()):
             raise ConfigError(
                 f"{target}: exists and was not written by an export (or changed since); "
                 "will not overwrite it (choose another DEST, or remove it)"
             )
-    earlier = _earlier_state(destination, written)
+    earlier = _earlier_state(destination, accepted)
     state = json.loads(state_bytes.decode("utf-8"))
     lost = sorted(_grid(earlier) - _grid(state)) if earlier is not None else []
     if lost:
@@ -143,33 +168,32 @@ def export(directory: Path, destination: Path) -> dict[str, str]:
             f"{len(lost)} cells or ensembles it does not have ({', '.join(lost[:3])}"
             f"{', ...' if len(lost) > 3 else ''}); will not merge them (choose another DEST)"
         )
-    sources = _earlier_sources(destination) if written else []
-    here = str(directory.resolve())
-    sources = [s for s in sources if s != here] + [here]
-    contents = {name: source.read_bytes() for name, source in wanted.items() if name != STATE}
-    destination.mkdir(parents=True, exist_ok=True)
-    kept = _present(destination, written)
-    pending = {name: hashlib.sha256(content).hexdigest() for name, content in contents.items()}
+    sources = [s for s in (_earlier_sources(destination) if accepted else []) if s != here]
+    sources.append(here)
 
     def manifest(files: dict[str, str], pending: dict[str, str] | None = None) -> None:
-        data = {
-            "schema": SCHEMA,
-            "source": here,
-            "sources": sources,
-            "files": dict(sorted(files.items())),
-        }
+        data: dict[str, Any] = {"schema": SCHEMA, "source": here, "sources": sources}
+        data["files"] = dict(sorted(files.items()))
         if pending:
-            data["pending"] = pending
+            data["pending"] = dict(sorted(pending.items()))
         atomic_write_text(destination / MANIFEST, json.dumps(data, indent=1) + "\n")
 
-    manifest(kept, pending)  # before the first copy: an export cut short is resumable
+    destination.mkdir(exist_ok=True)
+    _remove_temporaries(destination, [*wanted, *accepted, MANIFEST])
+    kept = _kept_files(destination, recorded, pending)
+    copies = {name: source for name, source in wanted.items() if name != STATE}
+    about = {name: sha256_file(source) for name, source in copies.items()}
+    manifest(kept, about)  # before the first copy: the next export accepts what it leaves
     out = {}
-    for name, content in contents.items():
+    for name, source in copies.items():
+        content = source.read_bytes()
+        if hashlib.sha256(content).hexdigest() != about[name]:
+            raise ConfigError(f"{source}: changed during the export; export again")
         target = destination / name
         target.parent.mkdir(parents=True, exist_ok=True)
         with atomic_binary(target) as handle:
             handle.write(content)
-        out[name] = pending[name]
+        out[name] = about[name]
     if earlier is None:
         new_state = state_bytes
     else:  # merged with the earlier exports' (`_merge_state`), once the runs are in DEST
@@ -180,25 +204,44 @@ def export(directory: Path, destination: Path) -> dict[str, str]:
     with atomic_binary(destination / STATE) as handle:
         handle.write(new_state)
     out[STATE] = state_digest
-    manifest({**_present(destination, written), **out})
+    manifest({**kept, **out})
     return out
 
 
-def _present(destination: Path, written: dict[str, set[str]]) -> dict[str, str]:
-    """The files an earlier export wrote that are in DEST as it wrote them (relative
-    path: sha256)."""
+def _remove_temporaries(destination: Path, names: list[str]) -> None:
+    """Remove the temporary files that a killed export left beside `names` in DEST."""
+    from transduce.io import remove, stale_temporaries
+
+    folders: dict[Path, list[str]] = {}
+    for name in names:
+        path = destination / name
+        folders.setdefault(path.parent, []).append(path.name)
+    for folder, base in folders.items():
+        for stale in stale_temporaries(folder, base):
+            remove(stale)
+
+
+def _kept_files(
+    destination: Path, recorded: dict[str, str], pending: dict[str, str]
+) -> dict[str, str]:
+    """The files of the earlier exports that are in DEST (relative path: sha256): as
+    recorded, or as an export cut short wrote them (a file changed since keeps its
+    recorded sha256, so that an export refuses to overwrite it)."""
     from transduce.io import sha256_file
 
     out = {}
-    for name, digests in written.items():
-        if (destination / name).is_file():
-            digest = sha256_file(destination / name)
-            if digest in digests:
-                out[name] = digest
+    for name in sorted({*recorded, *pending}):
+        path = destination / name
+        if not path.is_file():
+            continue
+        if name in pending and sha256_file(path) == pending[name]:
+            out[name] = pending[name]
+        elif name in recorded:
+            out[name] = recorded[name]
     return out
 
 
-def _earlier_state(destination: Path, written: dict[str, set[str]]) -> dict[str, Any] | None:
+def _earlier_state(destination: Path, written: dict[str, Any]) -> dict[str, Any] | None:
     """DEST's cells.json as an earlier export wrote it (None: none there)."""
     if STATE not in written or not (destination / STATE).is_file():
         return None
