@@ -432,10 +432,3 @@ def chosen(
         return sorted(entries, key=lambda e: e["update"])[-count:]
     sign = 1 if lower_is_better else -1
     return sorted(entries, key=lambda e: (sign * e["score"], e["update"]))[:count]
-
-
-def clean(paths: list[Path]) -> list[str]:
-    """Remove stale temporaries; what was removed, as messages."""
-    for path in paths:
-        remove(path)
-    return [f"removed {path.name}, left by an interrupted write" for path in paths]

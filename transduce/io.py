@@ -193,6 +193,13 @@ def stale_temporaries(directory: Path, names: Iterable[str] | None = None) -> li
     return found
 
 
+def clean(paths: list[Path]) -> list[str]:
+    """Remove stale temporaries (`stale_temporaries`); what was removed, as messages."""
+    for path in paths:
+        remove(path)
+    return [f"removed {path.name}, left by an interrupted write" for path in paths]
+
+
 def remove(path: Path) -> None:
     """Delete a file or a directory tree."""
     if path.is_dir() and not path.is_symlink():

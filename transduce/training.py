@@ -41,14 +41,14 @@ import torch
 from transduce import config as configuration
 from transduce import defaults, optimizers, runs
 from transduce.averaging import average
-from transduce.checkpoint import Checkpointer, clean, save
+from transduce.checkpoint import Checkpointer, save
 from transduce.compiling import compile_forward
 from transduce.data.batching import plan_batches
 from transduce.data.prepare import MANIFEST
 from transduce.distributed import World
 from transduce.errors import CheckpointError, ConfigError, out_of_memory
 from transduce.faults import fault_point
-from transduce.io import atomic_write_text, remove
+from transduce.io import atomic_write_text, clean, remove
 from transduce.metrics import get_metric
 from transduce.models import Model
 from transduce.outputs import claimed_run_dir

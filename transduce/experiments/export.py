@@ -180,7 +180,7 @@ def _export(directory: Path, destination: Path, wanted: dict[str, Path]) -> dict
 
     destination.mkdir(exist_ok=True)
     _remove_temporaries(destination, [*wanted, *accepted, MANIFEST])
-    kept = _kept_files(destination, recorded, pending)
+    kept = _earlier_files(destination, recorded, pending)
     copies = {name: source for name, source in wanted.items() if name != STATE}
     about = {name: sha256_file(source) for name, source in copies.items()}
     manifest(kept, about)  # before the first copy: the next export accepts what it leaves
@@ -210,18 +210,17 @@ def _export(directory: Path, destination: Path, wanted: dict[str, Path]) -> dict
 
 def _remove_temporaries(destination: Path, names: list[str]) -> None:
     """Remove the temporary files that a killed export left beside `names` in DEST."""
-    from transduce.io import remove, stale_temporaries
+    from transduce.io import clean, stale_temporaries
 
     folders: dict[Path, list[str]] = {}
     for name in names:
         path = destination / name
         folders.setdefault(path.parent, []).append(path.name)
     for folder, base in folders.items():
-        for stale in stale_temporaries(folder, base):
-            remove(stale)
+        clean(stale_temporaries(folder, base))
 
 
-def _kept_files(
+def _earlier_files(
     destination: Path, recorded: dict[str, str], pending: dict[str, str]
 ) -> dict[str, str]:
     """The files of the earlier exports that are in DEST (relative path: sha256): as
