@@ -186,8 +186,8 @@ def test_no_run_directory_file_is_named_outside_runs():
     module of the package has it as a string literal."""
     from transduce import runs
 
-    names = {runs.LAST, runs.BEST, runs.CONFIG, runs.REPORT, runs.PREDICTIONS, runs.METRICS}
-    names |= {runs.MARKER, runs.LOCK}
+    names = {runs.LAST, runs.BEST, runs.FINAL, runs.CONFIG, runs.REPORT, runs.PREDICTIONS}
+    names |= {runs.METRICS, runs.MARKER, runs.LOCK, runs.KEPT_INDEX}
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if path == PACKAGE / "runs.py":

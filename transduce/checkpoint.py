@@ -363,7 +363,7 @@ class Checkpointer:
         return state
 
 
-KEPT, INDEX = runs.KEPT, "index.json"
+KEPT, INDEX = runs.KEPT, runs.KEPT_INDEX
 
 
 def kept_name(update: int) -> str:

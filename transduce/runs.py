@@ -25,6 +25,7 @@ METRICS = "metrics.csv"  # a row per validation, as they happen
 MARKER = "transduce-run.json"  # written as the run starts: the folder is ours to write in
 LOCK = ".lock"  # held by the process that writes the run directory
 KEPT = "checkpoints"  # train.keep_best / keep_last: the kept checkpoints
+KEPT_INDEX = "index.json"  # in KEPT: what each kept checkpoint holds
 TENSORBOARD = "tensorboard"
 DATA = "data"  # the raw data, prepared by `train` for the run
 

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import torch
 
 from transduce import config as configuration
+from transduce import runs
 from transduce.data import tokens
 from transduce.data.dataset import EvalSet, Pair, Prepared, load_prepared
 from transduce.data.prepare import MANIFEST, PrepareRequest, prepare
@@ -147,7 +148,7 @@ class Task(ABC, Generic[D, M]):
         data = self.config.data
         if data.prepared is not None:
             return Path(data.prepared)
-        target = run_dir / "data"
+        target = run_dir / runs.DATA
         if (target / MANIFEST).is_file():
             return target  # prepared by an earlier start of this run
         if data.format is None:  # config.DataConfig.check requires one of the two
