@@ -39,7 +39,17 @@ def pieces(model, batch):
     """Alignment scores and emissions from the parameters, one (i, j) at a time: eq. (7)
     e_ij = h_i^T T h_j and eqs. (8)-(9) p(. | a_i = j) = softmax(W tanh(S (h_i ⊕ h_j)))."""
     memory, _ = model.encode(batch)  # B x S x 2H
-    states, _ = model.decoder(model.target_embedding(batch.target_in))  # B x T x H
+    inputs = model.target_embedding(batch.target_in)  # B x T x E
+    if model.config.tag_input:  # [e(y_{i-1}); ReLU(W sum_j e(x_j) + b)], j over the tags
+        rows = []
+        for n in range(len(batch)):
+            row = batch.source[n].tolist()
+            tags = row[: row.index(4)] if 4 in row else []  # before <sep> (id 4)
+            bag = sum((model.source_embedding.weight[j] for j in tags), torch.zeros(6).double())
+            vector = torch.relu(model.tag_projection(bag))
+            rows.append(torch.cat([inputs[n], vector.expand(inputs.shape[1], -1)], dim=-1))
+        inputs = torch.stack(rows)  # B x T x 2E
+    states, _ = model.decoder(inputs)  # B x T x H
     T_matrix = model.attention.transform.weight  # H x 2H
     result = []
     for n in range(len(batch)):
@@ -97,6 +107,66 @@ def test_likelihood_equals_the_sum_over_all_alignments(monotonic):
     # each step is a distribution over the vocabulary
     sums = output.log_probs.exp().sum(-1)[batch.target_mask]
     assert torch.allclose(sums, torch.ones_like(sums), atol=1e-6)
+
+
+TAGGED = [[7, 8, 4, 5, 6], [8, 4, 5], [5, 6, 7]]  # tags, <sep> (id 4), lemma; no tags
+TAGGED_TARGETS = [[5, 6], [5], [6, 5]]
+
+
+@pytest.mark.parametrize("attend_tags", [True, False], ids=["attend-tags", "lemma-only"])
+@pytest.mark.parametrize("monotonic", [False, True], ids=["0th-order", "monotonic"])
+def test_with_the_tag_vector_the_likelihood_is_still_exact(monotonic, attend_tags):
+    """`tag_input`: the brute-force sum over every alignment, with the tag vector in the
+    decoder inputs (built by hand in `pieces`); `attend_tags: false`: the alignments over
+    <sep> and the lemma only, a_0 the <sep>."""
+    model = tiny(monotonic=monotonic, tag_input=True, attend_tags=attend_tags)
+    batch = collate(TAGGED, TAGGED_TARGETS)
+    with torch.no_grad():
+        output = model(batch)
+        posterior = model.alignment_posterior(batch)[:, 0]  # B x T x S
+        references = pieces(model, batch)
+    picked = output.log_probs.gather(-1, batch.target_out.unsqueeze(-1)).squeeze(-1)  # B x T
+    firsts = [2, 1, 0] if not attend_tags else [0, 0, 0]  # the first position read
+    for n, (scores, gold) in enumerate(references):
+        steps, S = scores.shape
+        f = firsts[n]
+        total, marginals = brute_force(scores[:, f:], gold[:, f:], monotonic)
+        assert picked[n, :steps].sum().item() == pytest.approx(math.log(total.item()), abs=1e-5)
+        assert torch.allclose(posterior[n, :steps, f:S], marginals, atol=1e-5)
+        # no mass on the tags when they are not read (an empty slice when f = 0)
+        assert posterior[n, :steps, :f].abs().sum().item() < 1e-9
+        assert output.attention[n, 0, :steps, :f].abs().sum().item() < 1e-9
+    # the vector enters every step: with it zeroed every step's distribution moves
+    with torch.no_grad():
+        model.tag_projection.weight.zero_(), model.tag_projection.bias.zero_()
+        moved = (model(batch).log_probs - output.log_probs).abs().amax(-1)
+    assert bool((moved[:2][batch.target_mask[:2]] > 1e-9).all()), moved
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"tag_input": True},
+        {"tag_input": True, "monotonic": True, "attend_tags": False},
+        {"tag_input": True, "monotonic": True, "attend_tags": False, "copy": True},
+        {"tag_input": True, "estimator": "reinforce", "input_feeding": True},
+    ],
+    ids=["0th-order", "monotonic-lemma-only", "monotonic-lemma-only-copy", "reinforce-feeding"],
+)
+def test_with_tags_the_decoding_steps_give_the_forward_pass(options):
+    model = tiny(**options)
+    batch = collate(TAGGED, TAGGED_TARGETS)
+    with torch.no_grad():
+        output = model(batch)
+        state = model.init_state(batch)
+        stepped = []
+        for t in range(batch.target_in.shape[1]):
+            step = model.step(state, batch.target_in[:, t])
+            state = step.state
+            stepped.append(step.log_probs)
+    mask = batch.target_mask
+    steps = torch.stack(stepped, 1)[..., : output.log_probs.shape[-1]]
+    assert torch.allclose(output.log_probs[mask], steps[mask], atol=1e-5)
 
 
 def test_monotonic_alignments_never_move_back():

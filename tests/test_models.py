@@ -428,4 +428,5 @@ def test_tag_options_are_checked():
     assert any("attend_tags" in p for p in LSTMConfig(attend_tags=False).check())
     local = LSTMConfig(tag_input=True, attend_tags=False, attention=AttentionConfig(type="local_m"))
     assert any("global attention" in p for p in local.check())
-    assert any("tag_input" in p for p in HardAttentionConfig(tag_input=True).check())
+    assert HardAttentionConfig(tag_input=True, attend_tags=False, monotonic=True).check() == []
+    assert any("attend_tags" in p for p in HardAttentionConfig(attend_tags=False).check())

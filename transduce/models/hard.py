@@ -49,6 +49,12 @@ without input feeding is the exact mixture above; with input feeding the fed c̄
 expectation under alpha(i), sum_j alpha_j(i) f(h_i, h_j), and the reported dev NLL is that
 deterministic approximation's.
 
+**Tags** (`tag_input`, `attend_tags`, as the `lstm` model's): the tag vector is joined to
+every decoder input of eq. (10), which leaves the decoder states free of the alignments, so
+all of the above stays exact. With `attend_tags: false` the alignments range over <sep> and
+the lemma only, and a_0 is the <sep> (the tag transducer of Wu & Cotterell 2019: the tags
+enter the decoder, the monotone alignment walks the lemma).
+
 `attention` in the model contract is the prior (alpha, or prior_i); `alignment_posterior`
 gives p(a_i = j | y, x).
 """
@@ -84,8 +90,6 @@ class HardAttentionConfig(LSTMConfig):
 
     def check(self) -> list[str]:
         problems = super().check()
-        if self.tag_input or not self.attend_tags:
-            problems.append("tag_input and attend_tags: the soft-attention lstm's options only")
         if self.input_feeding and self.estimator == "exact":
             problems.append(
                 "input_feeding: makes the alignments depend on each other, so the likelihood "
@@ -206,10 +210,13 @@ class HardAttentionModel(LSTMModel):
         return torch.log_softmax(masked, dim=-1)
 
     @staticmethod
-    def _start(reference: Tensor) -> Tensor:
-        """log p(a_0 = j): all mass on the first position, B x S."""
-        start = torch.full_like(wide(reference), IMPOSSIBLE)  # B x S
-        start[:, 0] = 0.0
+    def _start(mask: Tensor) -> Tensor:
+        """log p(a_0 = j), B x S: all mass on the first position that alignments read (the
+        mask B x S: the first real one; with `attend_tags: false` the <sep> after the tags,
+        so that the alignment runs over the lemma alone)."""
+        start = torch.full(mask.shape, IMPOSSIBLE, device=mask.device)  # B x S, float32
+        first = mask.int().argmax(dim=1)  # B: the first True
+        start[torch.arange(mask.shape[0], device=mask.device), first] = 0.0
         return start
 
     @staticmethod
@@ -263,7 +270,11 @@ class HardAttentionModel(LSTMModel):
         and with copy the logits of p_gen_ij, B x T x S (else None)."""
         memory, keys = self.encode(batch)  # B x S x 2H
         embedded = self.drop(self.target_embedding(self._inputs(batch.target_in)))  # B x T x E
-        states, _ = self.decoder(embedded)  # B x T x H
+        inputs = embedded
+        if self.config.tag_input:  # [e(y_{i-1}); t] at every step, as the lstm's
+            tags = self._tags(batch.source).unsqueeze(1)  # B x 1 x E
+            inputs = torch.cat([embedded, tags.expand(-1, embedded.shape[1], -1)], dim=-1)
+        states, _ = self.decoder(inputs)  # B x T x H
         states = self.drop(states)
         scores = self.attention.scores(states, keys)  # B x T x S, eq. (7)
         weight_h, weight_c = self._split_combine()
@@ -285,9 +296,9 @@ class HardAttentionModel(LSTMModel):
             return super().forward(batch)
         _, scores, queries, projected, gates = self._decoder_states(batch)
         index, slots = self._copying(batch) if gates is not None else (None, None)  # B x S
-        mask = batch.source_mask
+        mask = self._attended(batch)  # B x S: the positions alignments read
         B, T, S = scores.shape
-        post = self._start(scores[:, 0])  # B x S
+        post = self._start(mask)  # B x S
         rows = max(1, defaults.HARD_EMISSION_ELEMENTS // max(B * S * projected.shape[-1], 1))
         blocks = []
         for start in range(0, T, rows):
@@ -336,13 +347,13 @@ class HardAttentionModel(LSTMModel):
             # B x T x S x (V + K)
             emission = self._emission(queries, projected, gates, index, slots)
             gold = self._gold(emission, batch.target_out).detach()  # B x T x S
-            mask = batch.source_mask
+            mask = self._attended(batch)  # B x S
             if not self.config.monotonic:
                 prior = self._log_alpha(scores, mask)  # B x T x S
                 return torch.softmax(prior + gold, dim=-1).unsqueeze(1)  # B x 1 x T x S
             gold.requires_grad_(True)
             transitions = self._transitions(scores, mask)  # B x T x S x S
-            prior, _ = self._priors(transitions, gold, self._start(scores[:, 0]))
+            prior, _ = self._priors(transitions, gold, self._start(mask))
             steps = torch.logsumexp(prior + gold, dim=-1)  # B x T: log p(y_i | y_<i, x)
             likelihood = (steps * batch.target_mask).sum()
             (posterior,) = torch.autograd.grad(likelihood, gold)  # B x T x S
@@ -357,7 +368,7 @@ class HardAttentionModel(LSTMModel):
             log_probs, log_prior, alpha = self._sampled_fed(batch, k)
         else:
             _, scores, queries, projected, _ = self._decoder_states(batch)
-            log_alpha = self._log_alpha(scores, batch.source_mask)  # B x T x S, eq. (6)
+            log_alpha = self._log_alpha(scores, self._attended(batch))  # B x T x S, eq. (6)
             alpha = log_alpha.exp()  # B x T x S
             B, T, S = alpha.shape
             picks = torch.multinomial(alpha.reshape(B * T, S), k, replacement=True)  # BT x k
@@ -461,7 +472,7 @@ class HardAttentionModel(LSTMModel):
         state = super()._initial(batch, memory, keys)
         if self.config.monotonic:
             size, width = batch.source.shape
-            state["prior"] = self._start(state["projected"][:, :, 0])  # B x S: a_0 = 1
+            state["prior"] = self._start(state["mask"])  # B x S: a_0 = 1
             emission = memory.new_zeros(size, width, self.target_vocab)  # B x S x V
             if self.config.copy:  # and the K unknown source symbols (`transduce.models.copy`)
                 emission = extend(emission, state["copy_slots"])
