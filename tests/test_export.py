@@ -99,6 +99,20 @@ def models(tmp_path_factory) -> dict[str, tuple[Path, list[str]]]:
         _train(recipe(inflection, separator, max_updates=200), root / "transformer-sep"),
         [*lines, "Aa machen\tV.PTCP;PST", "naïve\t V ; PST "],
     )
+    # the tag transducer: the tags as a vector at every decoder step, the monotone
+    # alignment over <sep> and the lemma (`hard`'s `tag_input`, `attend_tags: false`)
+    transducer = {
+        **TINY_LSTM,
+        "name": "hard",
+        "monotonic": True,
+        "copy": True,
+        "tag_input": True,
+        "attend_tags": False,
+    }
+    made["hard-tag-transducer"] = (
+        _train(recipe(inflection, transducer, max_updates=200), root / "hard-tags"),
+        [*lines, "Aa machen\tV.PTCP;PST"],
+    )
 
     cmudict = root / "cmudict"
     prepare(PrepareRequest("cmudict", cmudict, inputs={"train": [data / "cmudict-sample.dict"]}))
