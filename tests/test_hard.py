@@ -89,10 +89,10 @@ def brute_force(scores, gold, monotonic):
     return total, marginals / total
 
 
-@pytest.mark.parametrize("monotonic", [False, True], ids=["0th-order", "monotonic"])
-def test_likelihood_equals_the_sum_over_all_alignments(monotonic):
-    model = tiny(monotonic=monotonic)
-    batch = collate(SOURCES, TARGETS)
+def check_against_brute_force(model, batch, monotonic, firsts):
+    """The model's log p(y | x) and alignment posterior against `brute_force` over the
+    positions from firsts[n] on (item n's first position that alignments read); none of
+    the prior or posterior mass before it. Returns the model's output."""
     with torch.no_grad():
         output = model(batch)
         posterior = model.alignment_posterior(batch)[:, 0]  # B x T x S
@@ -100,10 +100,21 @@ def test_likelihood_equals_the_sum_over_all_alignments(monotonic):
     picked = output.log_probs.gather(-1, batch.target_out.unsqueeze(-1)).squeeze(-1)  # B x T
     for n, (scores, gold) in enumerate(references):
         steps, S = scores.shape
-        total, marginals = brute_force(scores, gold, monotonic)
-        ours = picked[n, :steps].sum()
-        assert ours.item() == pytest.approx(math.log(total.item()), abs=1e-5)
-        assert torch.allclose(posterior[n, :steps, :S], marginals, atol=1e-5)
+        f = firsts[n]
+        total, marginals = brute_force(scores[:, f:], gold[:, f:], monotonic)
+        assert picked[n, :steps].sum().item() == pytest.approx(math.log(total.item()), abs=1e-5)
+        assert torch.allclose(posterior[n, :steps, f:S], marginals, atol=1e-5)
+        # an empty slice where f = 0
+        assert posterior[n, :steps, :f].abs().sum().item() < 1e-9
+        assert output.attention[n, 0, :steps, :f].abs().sum().item() < 1e-9
+    return output
+
+
+@pytest.mark.parametrize("monotonic", [False, True], ids=["0th-order", "monotonic"])
+def test_likelihood_equals_the_sum_over_all_alignments(monotonic):
+    model = tiny(monotonic=monotonic)
+    batch = collate(SOURCES, TARGETS)
+    output = check_against_brute_force(model, batch, monotonic, [0, 0, 0])
     # each step is a distribution over the vocabulary
     sums = output.log_probs.exp().sum(-1)[batch.target_mask]
     assert torch.allclose(sums, torch.ones_like(sums), atol=1e-6)
@@ -121,21 +132,8 @@ def test_with_the_tag_vector_the_likelihood_is_still_exact(monotonic, attend_tag
     <sep> and the lemma only, a_0 the <sep>."""
     model = tiny(monotonic=monotonic, tag_input=True, attend_tags=attend_tags)
     batch = collate(TAGGED, TAGGED_TARGETS)
-    with torch.no_grad():
-        output = model(batch)
-        posterior = model.alignment_posterior(batch)[:, 0]  # B x T x S
-        references = pieces(model, batch)
-    picked = output.log_probs.gather(-1, batch.target_out.unsqueeze(-1)).squeeze(-1)  # B x T
     firsts = [2, 1, 0] if not attend_tags else [0, 0, 0]  # the first position read
-    for n, (scores, gold) in enumerate(references):
-        steps, S = scores.shape
-        f = firsts[n]
-        total, marginals = brute_force(scores[:, f:], gold[:, f:], monotonic)
-        assert picked[n, :steps].sum().item() == pytest.approx(math.log(total.item()), abs=1e-5)
-        assert torch.allclose(posterior[n, :steps, f:S], marginals, atol=1e-5)
-        # no mass on the tags when they are not read (an empty slice when f = 0)
-        assert posterior[n, :steps, :f].abs().sum().item() < 1e-9
-        assert output.attention[n, 0, :steps, :f].abs().sum().item() < 1e-9
+    output = check_against_brute_force(model, batch, monotonic, firsts)
     # the vector enters every step: with it zeroed every step's distribution moves
     with torch.no_grad():
         model.tag_projection.weight.zero_(), model.tag_projection.bias.zero_()
