@@ -147,9 +147,9 @@ def test_with_the_tag_vector_the_likelihood_is_still_exact(monotonic, attend_tag
         {"tag_input": True},
         {"tag_input": True, "monotonic": True, "attend_tags": False},
         {"tag_input": True, "monotonic": True, "attend_tags": False, "copy": True},
-        {"tag_input": True, "estimator": "reinforce", "input_feeding": True},
+        {"tag_input": True, "attend_tags": False, "copy": True},
     ],
-    ids=["0th-order", "monotonic-lemma-only", "monotonic-lemma-only-copy", "reinforce-feeding"],
+    ids=["0th-order", "monotonic-lemma-only", "monotonic-lemma-only-copy", "0th-order-lemma-only"],
 )
 def test_with_tags_the_decoding_steps_give_the_forward_pass(options):
     model = tiny(**options)
@@ -165,6 +165,22 @@ def test_with_tags_the_decoding_steps_give_the_forward_pass(options):
     mask = batch.target_mask
     steps = torch.stack(stepped, 1)[..., : output.log_probs.shape[-1]]
     assert torch.allclose(output.log_probs[mask], steps[mask], atol=1e-5)
+
+
+@pytest.mark.parametrize("fed", [False, True], ids=["system-5", "system-2-input-feeding"])
+def test_reinforce_samples_no_tag_position_when_the_tags_are_not_read(fed):
+    model = tiny(estimator="reinforce", input_feeding=fed, tag_input=True, attend_tags=False)
+    model.train()
+    batch = collate(TAGGED, TAGGED_TARGETS)
+    torch.manual_seed(0)
+    model.config.samples = 50
+    output = model(batch)
+    tags = torch.tensor([[1, 1, 0, 0, 0], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0]]).bool()  # B x S
+    alpha = output.attention[:, 0]  # B x T x S
+    assert alpha[tags.unsqueeze(1).expand_as(alpha)].abs().max() == 0
+    # every sampled position is read: a tag's log alpha would be -inf
+    steps = batch.target_mask.unsqueeze(0).expand_as(output.log_prior)
+    assert bool(torch.isfinite(output.log_prior[steps]).all())
 
 
 def test_monotonic_alignments_never_move_back():

@@ -183,8 +183,8 @@ class HardAttentionModel(LSTMModel):
 
     @staticmethod
     def _log_alpha(scores: Tensor, mask: Tensor) -> Tensor:
-        """log alpha_j(i) of eq. (6) from scores (B x T x S or B x S) and the source mask
-        B x S: a log-softmax over the real positions."""
+        """log alpha_j(i) of eq. (6) from scores (B x T x S or B x S) and the mask B x S of
+        the positions read (`_attended`): a log-softmax over those."""
         if scores.dim() == 3:
             mask = mask[:, None, :]  # B x 1 x S
         return torch.log_softmax(wide(scores).masked_fill(~mask, -math.inf), dim=-1)
@@ -214,7 +214,7 @@ class HardAttentionModel(LSTMModel):
         """log p(a_0 = j), B x S: all mass on the first position that alignments read (the
         mask B x S: the first real one; with `attend_tags: false` the <sep> after the tags,
         so that the alignment runs over the lemma alone)."""
-        start = torch.full(mask.shape, IMPOSSIBLE, device=mask.device)  # B x S, float32
+        start = torch.full(mask.shape, IMPOSSIBLE, device=mask.device)  # B x S
         first = mask.int().argmax(dim=1)  # B: the first True
         start[torch.arange(mask.shape[0], device=mask.device), first] = 0.0
         return start
@@ -472,7 +472,7 @@ class HardAttentionModel(LSTMModel):
         state = super()._initial(batch, memory, keys)
         if self.config.monotonic:
             size, width = batch.source.shape
-            state["prior"] = self._start(state["mask"])  # B x S: a_0 = 1
+            state["prior"] = self._start(state["mask"])  # B x S: a_0, the first position read
             emission = memory.new_zeros(size, width, self.target_vocab)  # B x S x V
             if self.config.copy:  # and the K unknown source symbols (`transduce.models.copy`)
                 emission = extend(emission, state["copy_slots"])
