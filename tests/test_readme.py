@@ -38,6 +38,13 @@ NOT_RUN = {
 # A training run of the README, capped: a few updates, validation on 16 dev lines.
 CAP = " --set train.max_updates={updates} --set train.validate_every=2 --set train.dev_subset=16"
 
+HARD_TAG = (
+    "transduce train --config small/inflection --set model.name=hard --set model.monotonic=true "
+    "--set model.tag_input=true --set model.attend_tags=false --set train.average_best_last=false "
+    "--set 'data.train=[my-train.tsv]' --set 'data.dev=[my-dev.tsv]' "
+    "--set 'data.test=[my-test.tsv]'"
+)  # the README's tag transducer (its files stand for the user's own)
+
 REWRITE = {
     # the main job's test decode is 13,548 words: the decode examples below do it again
     "transduce train --config g2p": "transduce train --config g2p --no-test",
@@ -45,6 +52,9 @@ REWRITE = {
         "transduce train --config g2p --out runs/g2p-2 --nproc 2 --no-test",
     "transduce train --config g2p --set train.keep_last=2 --out runs/g2p-kept":
         "transduce train --config g2p --set train.keep_last=2 --out runs/g2p-kept --no-test",
+    # the user's own files: the inflection stand-ins
+    HARD_TAG: HARD_TAG.replace("my-train.tsv", "english-train-high")
+        .replace("my-dev.tsv", "english-dev").replace("my-test.tsv", "english-dev"),
     # a placeholder for any command that prints hypotheses
     "decode_something | transduce score - ref.txt --metric wer --json | jq .scores.wer.value":
         "cat hyp.txt | transduce score - ref.txt --metric wer --json"
