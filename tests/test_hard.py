@@ -45,7 +45,8 @@ def pieces(model, batch):
         for n in range(len(batch)):
             row = batch.source[n].tolist()
             tags = row[: row.index(4)] if 4 in row else []  # before <sep> (id 4)
-            bag = sum((model.source_embedding.weight[j] for j in tags), torch.zeros(6).double())
+            zero = torch.zeros(model.config.embedding_dim).double()
+            bag = sum((model.source_embedding.weight[j] for j in tags), zero)
             vector = torch.relu(model.tag_projection(bag))
             rows.append(torch.cat([inputs[n], vector.expand(inputs.shape[1], -1)], dim=-1))
         inputs = torch.stack(rows)  # B x T x 2E

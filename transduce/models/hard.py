@@ -270,11 +270,7 @@ class HardAttentionModel(LSTMModel):
         and with copy the logits of p_gen_ij, B x T x S (else None)."""
         memory, keys = self.encode(batch)  # B x S x 2H
         embedded = self.drop(self.target_embedding(self._inputs(batch.target_in)))  # B x T x E
-        inputs = embedded
-        if self.config.tag_input:  # [e(y_{i-1}); t] at every step, as the lstm's
-            tags = self._tags(batch.source).unsqueeze(1)  # B x 1 x E
-            inputs = torch.cat([embedded, tags.expand(-1, embedded.shape[1], -1)], dim=-1)
-        states, _ = self.decoder(inputs)  # B x T x H
+        states, _ = self.decoder(self._with_tags(embedded, batch.source))  # B x T x H
         states = self.drop(states)
         scores = self.attention.scores(states, keys)  # B x T x S, eq. (7)
         weight_h, weight_c = self._split_combine()

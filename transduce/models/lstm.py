@@ -307,10 +307,7 @@ class LSTMModel(Copying, Seq2SeqModel):
             attention = torch.stack([s.attention for s in steps], dim=2)  # B x 1 x T x S
         else:  # eq. (10): the whole target in one LSTM call, all attention steps in one bmm
             embedded = self.drop(self.target_embedding(self._inputs(batch.target_in)))  # B x T x E
-            inputs = embedded
-            if self.config.tag_input:  # [e(y_{i-1}); t] at every step
-                tags = self._tags(batch.source).unsqueeze(1)  # B x 1 x E
-                inputs = torch.cat([embedded, tags.expand(-1, embedded.shape[1], -1)], dim=-1)
+            inputs = self._with_tags(embedded, batch.source)  # B x T x E'
             if self.config.decoder_init == "zero":
                 states, _ = self.decoder(inputs)  # B x T x H
             else:
@@ -342,6 +339,14 @@ class LSTMModel(Copying, Seq2SeqModel):
         embedded = self.drop(self.source_embedding(source))  # B x S x E
         bag = (embedded * self._tag_positions(source).unsqueeze(-1)).sum(dim=1)  # B x E
         return torch.relu(self.tag_projection(bag))
+
+    def _with_tags(self, embedded: Tensor, source: Tensor) -> Tensor:
+        """The decoder inputs of every step, B x T x E': e(y_{i-1}), with `tag_input`
+        joined with the tag vector, [e(y_{i-1}); t] (as `_feed` does for one step)."""
+        if not self.config.tag_input:
+            return embedded
+        tags = self._tags(source).unsqueeze(1)  # B x 1 x E
+        return torch.cat([embedded, tags.expand(-1, embedded.shape[1], -1)], dim=-1)
 
     def _attended(self, batch: Batch) -> Tensor:
         """B x S: the positions attention (and copy) read: every real one (the source
