@@ -15,6 +15,7 @@ from transduce.cli import ui
 from transduce.cli.app import app
 from transduce.cli.common import Device, Verbosity, complete_recipe, complete_setting
 from transduce.errors import EXIT_INTERRUPTED, ConfigError, interrupted
+from transduce.io import deferred_interrupts
 from transduce.outputs import check_run_dir
 from transduce.progress import ConsoleReporter
 from transduce.runs import RunDir
@@ -138,33 +139,38 @@ def train_command(
     reporter = ConsoleReporter(ui.stderr, quiet=ui.verbosity() < ui.NORMAL)
     from transduce.training import Interrupted, Trainer  # torch: only when training
 
+    stop = None
     try:
-        trainer = Trainer(cfg, run_dir, resume=resume, reporter=reporter)
-        trainer.notes[:0] = notes
-        report = trainer.run()
-    except Interrupted as stopped:
-        _stopped(
-            f"interrupted after update {stopped.update}; last.pt and train.json are written",
-            run_dir,
-        )
-    except (KeyboardInterrupt, RuntimeError) as error:  # a second Ctrl-C: at once
-        if not interrupted(error):
-            raise
-        _stopped("stopped at once", run_dir)
+        try:
+            trainer = Trainer(cfg, run_dir, resume=resume, reporter=reporter)
+            trainer.notes[:0] = notes
+            report = trainer.run()
+        except Interrupted as stopped:
+            stop = f"interrupted after update {stopped.update}; last.pt and train.json are written"
+        except (KeyboardInterrupt, RuntimeError) as error:  # a second Ctrl-C: at once
+            if not interrupted(error):
+                raise
+            stop = "stopped at once"
+    except KeyboardInterrupt:  # a second Ctrl-C while the first one's stop was under way
+        stop = "stopped at once"
+    if stop is not None:
+        _stopped(stop, run_dir)
     if report is not None:  # None: a process of a torchrun other than rank 0
         _summary(report, run_dir)
 
 
 def _stopped(what: str, run_dir: Path) -> NoReturn:
     """Say how a Ctrl-C left the run, and how to go on; exit 130 (the processes of a
-    torchrun other than rank 0 say nothing)."""
+    torchrun other than rank 0 say nothing). A further Ctrl-C waits until the line is
+    said: the process is already stopping, and the line must not be cut short."""
     if os.environ.get("RANK", "0") != "0":
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    if RunDir(run_dir).resumable():
-        how = f"continue with: transduce train --out {shlex.quote(str(run_dir))} --resume"
-    else:
-        how = "no validation was reached, so there is nothing to resume: start it again"
-    ui.stderr.print(f"{what}; {how}", markup=False, highlight=False)
+    with deferred_interrupts():
+        if RunDir(run_dir).resumable():
+            how = f"continue with: transduce train --out {shlex.quote(str(run_dir))} --resume"
+        else:
+            how = "no validation was reached, so there is nothing to resume: start it again"
+        ui.stderr.print(f"{what}; {how}", markup=False, highlight=False)
     raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
