@@ -9,11 +9,11 @@ import torch
 
 from transduce.config import DecodeConfig
 from transduce.data.batching import collate
-from transduce.decoding import beam_search, decode_all, greedy
+from transduce.decoding import beam_search, copy_index_of, decode_all, greedy, never_written
 from transduce.models import build_model
 from transduce.models.lstm import LSTMConfig
 from transduce.models.transformer import TransformerConfig
-from transduce.special import EOS_ID
+from transduce.special import EOS_ID, SEP_ID
 
 MODELS = {
     "lstm": LSTMConfig(embedding_dim=8, encoder_size=6, decoder_size=7),
@@ -230,3 +230,47 @@ def test_beam_search_ends_a_sentence_only_when_nothing_live_can_change_its_nbest
     for ours, expected in zip(found, full):
         for hyps, all_hyps in zip(ours, expected):
             assert [h.tokens for h in hyps] == [h.tokens for h in all_hyps]
+
+
+class Tagged(Markov):
+    """A copying model's next symbols over sources "[x] [y] <sep> a ...": ids 9 and 10 are
+    the tags' output ids (`copy_index`), 11 a letter's; the model prefers 9, then `<sep>`,
+    then 10, and 11 least, then ends."""
+
+    def init_state(self, batch):
+        index = batch.source + 4  # source id s -> output id s + 4, <sep> (4) -> 8 ...
+        index = index.masked_fill(batch.source == SEP_ID, SEP_ID)
+        return {**super().init_state(batch), "copy_index": index}
+
+    def probabilities(self, previous: int, t: int) -> dict[int, float]:
+        if t == 0:
+            return {9: 0.4, SEP_ID: 0.3, 10: 0.2, 11: 0.1}
+        return {EOS_ID: 1.0}
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_no_output_holds_a_tag_or_sep(beam):
+    """By hand: a source's tags (before its first <sep>) copy to ids 9 and 10, its lemma
+    to 11 (and, in the third, to 9 too). Neither search writes <sep>, nor a tag that is not
+    also in the lemma; a source without <sep> has no tags, and only <sep> is ruled out."""
+    sources = [[5, 6, SEP_ID, 7], [5, 6, SEP_ID, 7, 5], [5, 6, 7]]
+    found = (
+        [h.tokens for h in greedy(Tagged(), collate(sources))]
+        if beam == 1
+        else [h[0].tokens for h in beam_search(Tagged(), collate(sources), beam=beam)]
+    )
+    assert found == [[11], [9], [9]]
+
+
+def test_never_written_by_hand():
+    source = torch.tensor(
+        [[5, 6, SEP_ID, 7, 5, 0], [9, SEP_ID, 9, 10, SEP_ID, 0], [7, 8, 0, 0, 0, 0]]
+    )
+    index = torch.tensor([[15, 16, 4, 17, 15, 0], [19, 4, 19, 20, 4, 0], [17, 18, 0, 0, 0, 0]])
+    never = never_written(source, index, 22)
+    assert never.nonzero().tolist() == [[0, SEP_ID], [0, 16], [1, SEP_ID], [2, SEP_ID]]
+    assert never_written(source, None, 22).nonzero().tolist() == [[r, SEP_ID] for r in range(3)]
+    scripted = torch.jit.script(never_written)  # as `transduce.export` compiles it
+    assert torch.equal(scripted(source, index, 22), never)
+    assert copy_index_of({"t": source, "1/copy_index": index}) is index
+    assert copy_index_of({"t": source}) is None

@@ -23,7 +23,7 @@ from transduce.decoding import beam_search, decode_all, greedy
 from transduce.ensemble import Ensemble, combine
 from transduce.models import build_model
 from transduce.models.base import ModelConfig, Seq2SeqModel, Seq2SeqOutput, State, Step
-from transduce.special import BOS_ID, EOS_ID, PAD_ID
+from transduce.special import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 
 from .test_models import VARIANTS
 from .toy import TINY_LSTM, recipe, write_task
@@ -82,11 +82,11 @@ class Table(Seq2SeqModel):
 def _exhaustive(models: list[Table], mean: str, length: int) -> list[tuple[float, list[int]]]:
     """Every output of at most `length` symbols with its combined score, best first: what
     beam search must find when the beam holds them all."""
-    symbols = [s for s in range(6) if s not in (PAD_ID, BOS_ID, EOS_ID)]
+    symbols = [s for s in range(6) if s not in (PAD_ID, BOS_ID, EOS_ID, SEP_ID)]
 
     def step_log_probs(t: int, previous: int) -> Tensor:
         combined = combine([m.distribution(t, previous) for m in models], mean)
-        combined[PAD_ID] = combined[BOS_ID] = -math.inf  # as decoding masks them
+        combined[PAD_ID] = combined[BOS_ID] = combined[SEP_ID] = -math.inf  # as decoding does
         return combined
 
     scored = []

@@ -113,8 +113,8 @@ def test_an_ensemble_is_refused_in_one_line(runs, tmp_path):
 
 
 def test_prob_mass_one_returns_every_output_of_the_exhaustive_enumeration(runs):
-    """Outputs of at most 2 symbols over the model's target vocabulary (but <pad> and
-    <s>, which decoding never predicts; the end forced after 2): a beam wide enough holds
+    """Outputs of at most 2 symbols over the model's target vocabulary (but <pad>, <s> and
+    <sep>, which decoding never writes; the end forced after 2): a beam wide enough holds
     them all, and `prob_mass` 1.0 keeps every one (their probabilities, without the end
     forced at the limit, add up to less); a smaller mass keeps the shortest best-first
     prefix that reaches it."""
@@ -122,12 +122,12 @@ def test_prob_mass_one_returns_every_output_of_the_exhaustive_enumeration(runs):
 
     from transduce.config import DecodeConfig
     from transduce.decoding import decode_all
-    from transduce.special import BOS_ID, EOS_ID, PAD_ID
+    from transduce.special import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 
     model = Transducer.from_checkpoint(runs["soft"])
     source = model.source_vocab.encode(list("ab"))
     size = len(model.target_vocab)
-    symbols = [i for i in range(size) if i not in (EOS_ID, PAD_ID, BOS_ID)]
+    symbols = [i for i in range(size) if i not in (EOS_ID, PAD_ID, BOS_ID, SEP_ID)]
     everything = [()] + [(a,) for a in symbols] + list(itertools.product(symbols, repeat=2))
     wide = DecodeConfig(beam=len(everything) + 5, nbest=len(everything) + 5, max_output_length=2)
     found = decode_all(model.model, [source], DecodeConfig(**{**wide.__dict__, "prob_mass": 1.0}))[

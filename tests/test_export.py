@@ -7,6 +7,7 @@ words, unknown characters that a model with copy copies, a source put in NFD).""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from transduce import checkpoint
+from transduce import checkpoint, decoding
 from transduce import config as configuration
 from transduce import export as exporting
 from transduce.data.prepare import PrepareRequest, prepare
@@ -113,6 +114,19 @@ def models(tmp_path_factory) -> dict[str, tuple[Path, list[str]]]:
         _train(recipe(inflection, transducer, max_updates=200), root / "hard-tags"),
         [*lines, "Aa machen\tV.PTCP;PST"],
     )
+    # a copy model (its target vocabulary holds the tags and <sep>, to copy them) made to
+    # write the tag [V] above all, then <sep>, then e: no output may hold the first two
+    # (`transduce.decoding.never_written`; `test_no_output_holds_a_tag_or_sep`)
+    tags = root / "lstm-copy-tags"
+    _train(recipe(inflection, {**TINY_LSTM, "copy": True}, max_updates=100), tags)
+    payload = checkpoint.load(tags / "best.pt")
+    payload["model"]["gate.state.bias"].fill_(60.0)  # p_gen = 1
+    bias = payload["model"]["output.bias"]
+    bias[payload["vocab"]["target"].index("[V]")] += 50.0
+    bias[payload["vocab"]["target"].index("<sep>")] += 49.0
+    bias[payload["vocab"]["target"].index("e")] += 48.0
+    checkpoint.save(tags / "best.pt", payload)
+    made["lstm-copy-tags"] = (tags, lines)
 
     cmudict = root / "cmudict"
     prepare(PrepareRequest("cmudict", cmudict, inputs={"train": [data / "cmudict-sample.dict"]}))
@@ -241,6 +255,27 @@ def test_unknown_symbols_are_copied(models, exported, run, tmp_path):
             joiner=joiner,
         )
         assert text(spec, [5, 6, 7], ["<U+2003>", "Q"]) == written
+
+
+def test_no_output_holds_a_tag_or_sep(models, exported, run, tmp_path, monkeypatch):
+    """A copy model that would write the tag [V] and <sep> above all: no output holds a
+    tag or <sep>, in the exported file as with `transduce decode`; with the rule switched
+    off, `transduce decode` writes them in every output (so the rule keeps them out)."""
+    run_dir, lines = models["lstm-copy-tags"]
+    found = _without_transduce(
+        {"tags": {"file": str(exported["lstm-copy-tags"]), "lines": lines}}, tmp_path
+    )["tags"][0]
+    expected = _decode(run, run_dir, lines, tmp_path / "tags.txt")
+    assert found == expected
+    tag = re.compile(r"<sep>|\[[^\]]+\]")
+    assert all(output.startswith("e") and not tag.search(output) for output in expected), expected
+    monkeypatch.setattr(
+        decoding,
+        "never_written",
+        lambda source, index, width: torch.zeros(len(source), width, dtype=torch.bool),
+    )
+    unruled = _decode(run, run_dir, lines, tmp_path / "unruled.txt")
+    assert all("[V]" in output for output in unruled), unruled
 
 
 def test_the_text_functions_cut_as_python_does():

@@ -27,7 +27,7 @@ from torch import Tensor
 from transduce.config import DecodeConfig
 from transduce.data.batching import Batch, collate, mark_unknown
 from transduce.models.base import Seq2SeqModel, select_state
-from transduce.special import BOS_ID, EOS_ID, PAD_ID
+from transduce.special import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 
 
 @dataclass
@@ -44,6 +44,51 @@ def _limits(model: Seq2SeqModel, batch: Batch, max_output_length: int | None) ->
     else:
         limits = batch.source_mask.sum(dim=1).cpu() * 2 + 10  # B
     return limits if model.max_length is None else limits.clamp(max=model.max_length - 1)
+
+
+def never_written(
+    source: Tensor, copy_index: Tensor | None, width: int, sep: int = SEP_ID, pad: int = PAD_ID
+) -> Tensor:
+    """B x `width` (V, or V + K with extended ids): True at the output ids that a
+    sentence's output never holds, beside PAD and BOS: `<sep>`, and for a model that
+    copies, the ids that its source has only among its tags (the positions before its
+    first `<sep>`, as `tag_input` reads them), not also after it.
+
+    Why: with `copy` the target vocabulary holds every source symbol (so a letter that the
+    training forms never showed can be copied), the tags and `<sep>` too, and an emission
+    that copies a position gives that position's symbol (`transduce.models.copy`); the
+    2017 grids' copy models wrote some (`Trio[N]en`; RESULTS.md counts them). A form never
+    holds a tag. Ruling them out at decoding changes no greedy output that held none, and
+    leaves training as it was. (A task whose outputs hold a symbol that its sources have
+    only among their tags would need this rule off; no task here has one.)
+    TorchScript-compatible (`transduce.export` calls it; `sep` and `pad` are the ids, as
+    arguments since a compiled function reads no module constant)."""
+    size = source.shape[0]
+    never = torch.zeros(size, width, dtype=torch.bool, device=source.device)
+    never[:, sep] = True
+    if copy_index is not None:
+        separators = source == sep
+        before = torch.cumsum(separators.long(), dim=1) == 0  # B x S
+        real = source != pad
+        tags = before & separators.any(dim=1, keepdim=True) & real
+        rest = ~before & ~separators & real
+        zeros = torch.zeros(size, width, device=source.device)
+        at_tags = zeros.scatter_add(1, copy_index, tags.float()) > 0
+        elsewhere = zeros.scatter_add(1, copy_index, rest.float()) > 0
+        only_tags = at_tags & ~elsewhere
+        only_tags[:, :sep] = False  # PAD, BOS, EOS, <unk>: not by this rule
+        never = never | only_tags
+    return never
+
+
+def copy_index_of(state: dict[str, Tensor]) -> Tensor | None:
+    """The copy map of a decoder state as `init_state` gives it (`copy_index`, B x S), an
+    ensemble's from its first member that copies; None for a model that does not copy.
+    TorchScript-compatible."""
+    for key, value in state.items():
+        if key == "copy_index" or key.endswith("/copy_index"):
+            return value
+    return None
 
 
 def _step_log_probs(model: Seq2SeqModel, state: dict, previous: Tensor) -> tuple[Tensor, dict]:
@@ -65,7 +110,7 @@ def greedy(
     """The most probable symbol at each step, for every sentence of the batch."""
     size = len(batch)
     limits = _limits(model, batch, max_output_length)
-    state = model.init_state(batch)
+    state = first = model.init_state(batch)
     device = batch.source.device
     active = torch.arange(size)  # original rows still decoding
     row_limits = limits.to(device)  # the active rows' limits, on the device
@@ -73,8 +118,12 @@ def greedy(
     scores = torch.zeros(size, dtype=torch.float64)
     outputs: list[list[int]] = [[] for _ in range(size)]
     results: list[Hypothesis | None] = [None] * size
+    never: Tensor | None = None  # the active rows' `never_written`
     for t in range(int(limits.max()) + 1):
         log_probs, state = _step_log_probs(model, state, previous)
+        if never is None:
+            never = never_written(batch.source, copy_index_of(first), log_probs.shape[-1])
+        log_probs.masked_fill_(never, float("-inf"))
         at_limit = row_limits <= t  # rows that must end now
         best_score, best = log_probs.max(dim=-1)  # B
         best = torch.where(at_limit, torch.full_like(best, EOS_ID), best)
@@ -98,6 +147,7 @@ def greedy(
         if len(keep) < len(tokens):
             rows = torch.tensor(keep, device=device)
             state = select_state(state, rows)
+            never = never.index_select(0, rows)
             best = best.index_select(0, rows)
             row_limits = row_limits.index_select(0, rows)
             active = active[torch.tensor(keep)]
@@ -141,9 +191,9 @@ def beam_search(
     size, width = len(batch), beam
     limits = _limits(model, batch, max_output_length)
     device = batch.source.device
-    state = select_state(
-        model.init_state(batch), torch.arange(size, device=device).repeat_interleave(width)
-    )
+    first = model.init_state(batch)
+    state = select_state(first, torch.arange(size, device=device).repeat_interleave(width))
+    never: Tensor | None = None  # `never_written` of the live sentences, b x 1 x (V + K)
     sentences = list(range(size))  # original index of each active sentence
     history: list[list[list[int]]] = [[[] for _ in range(width)] for _ in range(size)]
     scores = torch.full((size, width), float("-inf"), device=device)  # b x K
@@ -154,6 +204,9 @@ def beam_search(
         log_probs, state = _step_log_probs(model, state, previous)
         vocab = log_probs.shape[-1]
         log_probs = log_probs.view(len(sentences), width, vocab)  # b x K x V
+        if never is None:
+            never = never_written(batch.source, copy_index_of(first), vocab).unsqueeze(1)
+        log_probs.masked_fill_(never, float("-inf"))
         at_limit = (limits[sentences] <= t).to(device)  # b
         if bool(at_limit.any()):
             eos = log_probs[:, :, EOS_ID].clone()
@@ -162,7 +215,7 @@ def beam_search(
         candidates = (scores.unsqueeze(-1) + log_probs).view(len(sentences), -1)  # b x (K*V)
         top_scores, top_index = candidates.topk(2 * width, dim=-1)  # b x 2K
         top_scores, top_index = top_scores.tolist(), top_index.tolist()
-        rows, tokens, new_scores, new_history, still = [], [], [], [], []
+        rows, tokens, new_scores, new_history, still, kept = [], [], [], [], [], []
         for i, original in enumerate(sentences):
             beams: list[tuple[int, int, float]] = []
             for rank, (score, flat) in enumerate(zip(top_scores[i], top_index[i])):
@@ -184,6 +237,7 @@ def beam_search(
             while len(beams) < width:  # too few live extensions: pad with dead beams
                 beams.append((beams[0][0], PAD_ID, float("-inf")))
             still.append(original)
+            kept.append(i)
             for source_beam, token, score in beams:
                 rows.append(i * width + source_beam)
                 tokens.append(token)
@@ -193,6 +247,7 @@ def beam_search(
             break
         index = torch.tensor(rows, device=device)
         state = select_state(state, index)
+        never = never.index_select(0, torch.tensor(kept, device=device))
         previous = torch.tensor(tokens, dtype=torch.long, device=device)
         scores = torch.tensor(new_scores, device=device).view(len(still), width)
         sentences, history = still, new_history

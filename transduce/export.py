@@ -59,6 +59,7 @@ from transduce.config import DecodeConfig
 from transduce.data import tokens
 from transduce.data.batching import Batch
 from transduce.data.sides import FEATURES_SEPARATOR
+from transduce.decoding import copy_index_of, never_written
 from transduce.errors import ConfigError
 from transduce.models import Seq2SeqModel, Tagger
 from transduce.special import BOS_ID, EOS_ID, PAD_ID, SEP, SPACE, SPECIALS, UNK_ID, unescape
@@ -446,6 +447,8 @@ class Seq2SeqExport(nn.Module):
                 limit = min(limit, self.max_length - 1)
             limits.append(limit)
         state = self.encoder(source, mask, oov, slots)
+        copy_index = copy_index_of(state)
+        never = torch.zeros(0, 0, dtype=torch.bool)  # the active rows' never_written
         active: list[int] = list(range(size))
         previous = torch.full((size,), self.bos_id, dtype=torch.long)
         outputs: list[list[int]] = []
@@ -456,6 +459,9 @@ class Seq2SeqExport(nn.Module):
             log_probs = log_probs.float()
             log_probs[:, self.pad_id] = float("-inf")
             log_probs[:, self.bos_id] = float("-inf")
+            if t == 0:
+                never = never_written(source, copy_index, log_probs.shape[-1])
+            log_probs = log_probs.masked_fill(never, float("-inf"))
             best = log_probs.max(dim=-1)[1]
             at_limit = torch.tensor([limits[i] <= t for i in active], dtype=torch.bool)
             best = torch.where(at_limit, torch.full_like(best, self.eos_id), best)
@@ -473,6 +479,7 @@ class Seq2SeqExport(nn.Module):
                 for key, value in state.items():
                     selected[key] = value.index_select(0, rows)
                 state = selected
+                never = never.index_select(0, rows)
                 best = best.index_select(0, rows)
                 active = [active[row] for row in keep]
             previous = best
