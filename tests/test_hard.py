@@ -168,6 +168,34 @@ def test_with_tags_the_decoding_steps_give_the_forward_pass(options):
     assert torch.allclose(output.log_probs[mask], steps[mask], atol=1e-5)
 
 
+@pytest.mark.parametrize("monotonic", [False, True], ids=["0th-order", "monotonic"])
+def test_a_tag_transducer_copies_no_tag_and_decodes_none(monotonic):
+    """`attend_tags: false` with copy, the copy map giving every source symbol its own
+    output id (as `read_vocabularies` does): with the gate shut (p_gen = 0: copy only) the
+    tags' ids get no probability at any step, the lemma's all of it but what `<sep>`'s
+    copy takes; greedy and beam search write neither a tag nor `<sep>`."""
+    from transduce.decoding import beam_search, greedy
+
+    model = tiny(tag_input=True, attend_tags=False, copy=True, monotonic=monotonic)
+    model.copy_map.copy_(torch.arange(V))  # source id j -> output id j
+    batch = collate(TAGGED, TAGGED_TARGETS)
+    with torch.no_grad():
+        model.gate.state.bias.fill_(-60.0)
+        output = model(batch)
+        probs = output.log_probs.exp()  # B x T x V
+        lemma = [[5, 6], [5], [5, 6, 7]]  # each row's symbols after its <sep> (all: none)
+        for row, (symbols, tags) in enumerate(zip(lemma, [[7, 8], [8], []])):
+            steps = batch.target_mask[row]
+            if tags:
+                assert probs[row][steps][:, tags].max().item() < 1e-12
+            held = probs[row][steps][:, [*symbols, 4]].sum(-1)
+            assert torch.allclose(held, torch.ones_like(held), atol=1e-6)
+        found = [h.tokens for h in greedy(model, batch)]
+        beamed = [h[0].tokens for h in beam_search(model, batch, beam=3)]
+    for tokens, symbols in zip([*found, *beamed], [*lemma, *lemma]):
+        assert tokens and set(tokens) <= set(symbols), (tokens, symbols)
+
+
 @pytest.mark.parametrize("fed", [False, True], ids=["system-5", "system-2-input-feeding"])
 def test_reinforce_samples_no_tag_position_when_the_tags_are_not_read(fed):
     model = tiny(estimator="reinforce", input_feeding=fed, tag_input=True, attend_tags=False)
