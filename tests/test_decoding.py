@@ -274,3 +274,30 @@ def test_never_written_by_hand():
     assert torch.equal(scripted(source, index, 22), never)
     assert copy_index_of({"t": source, "1/copy_index": index}) is index
     assert copy_index_of({"t": source}) is None
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_the_rule_follows_its_rows_as_sentences_end(beam):
+    """An untrained copy model whose copy map gives every source symbol its own output id,
+    on sources with and without tags whose outputs end at different steps: decoded
+    together, each sentence's output is the one it gets alone (the rule's rows stay with
+    their sentences as others leave the batch), and none holds <sep> or a tag-only id."""
+    torch.manual_seed(4)
+    config = LSTMConfig(embedding_dim=8, encoder_size=6, decoder_size=7, copy=True)
+    model = build_model("lstm", config, 12, 12).eval()
+    model.copy_map.copy_(torch.arange(12))
+    rng = random.Random(2)
+    data = []
+    for _ in range(24):
+        tags = [rng.randint(9, 11) for _ in range(rng.randint(0, 2))]
+        lemma = [rng.randint(5, 11) for _ in range(rng.randint(1, 6))]
+        data.append([*tags, SEP_ID, *lemma] if tags else lemma)
+    options = DecodeConfig(beam=beam, batch_size=24)
+    together = [h[0].tokens for h in decode_all(model, data, options)]
+    alone = [decode_all(model, [s], options)[0][0].tokens for s in data]
+    assert together == alone
+    assert len({len(t) for t in together}) > 2  # sentences end at different steps
+    for source, tokens in zip(data, together):
+        cut = source.index(SEP_ID) if SEP_ID in source else 0
+        banned = {SEP_ID} | (set(source[:cut]) - set(source[cut + 1 :]))
+        assert not banned & set(tokens), (source, tokens)

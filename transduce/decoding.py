@@ -60,7 +60,8 @@ def never_written(
     2017 grids' copy models wrote some (`Trio[N]en`; RESULTS.md counts them). A form never
     holds a tag. Ruling them out at decoding changes no greedy output that held none, and
     leaves training as it was. (A task whose outputs hold a symbol that its sources have
-    only among their tags would need this rule off; no task here has one.)
+    only among their tags would need this rule off; no task here has one. A tag that only
+    other sources hold is not ruled out: the generator can give it, as any target symbol.)
     TorchScript-compatible (`transduce.export` calls it; `sep` and `pad` are the ids, as
     arguments since a compiled function reads no module constant)."""
     size = source.shape[0]
@@ -110,7 +111,8 @@ def greedy(
     """The most probable symbol at each step, for every sentence of the batch."""
     size = len(batch)
     limits = _limits(model, batch, max_output_length)
-    state = first = model.init_state(batch)
+    state = model.init_state(batch)
+    copy_index = copy_index_of(state)  # for `never_written`
     device = batch.source.device
     active = torch.arange(size)  # original rows still decoding
     row_limits = limits.to(device)  # the active rows' limits, on the device
@@ -122,7 +124,7 @@ def greedy(
     for t in range(int(limits.max()) + 1):
         log_probs, state = _step_log_probs(model, state, previous)
         if never is None:
-            never = never_written(batch.source, copy_index_of(first), log_probs.shape[-1])
+            never = never_written(batch.source, copy_index, log_probs.shape[-1])
         log_probs.masked_fill_(never, float("-inf"))
         at_limit = row_limits <= t  # rows that must end now
         best_score, best = log_probs.max(dim=-1)  # B
@@ -191,8 +193,9 @@ def beam_search(
     size, width = len(batch), beam
     limits = _limits(model, batch, max_output_length)
     device = batch.source.device
-    first = model.init_state(batch)
-    state = select_state(first, torch.arange(size, device=device).repeat_interleave(width))
+    state = model.init_state(batch)
+    copy_index = copy_index_of(state)  # for `never_written`
+    state = select_state(state, torch.arange(size, device=device).repeat_interleave(width))
     never: Tensor | None = None  # `never_written` of the live sentences, b x 1 x (V + K)
     sentences = list(range(size))  # original index of each active sentence
     history: list[list[list[int]]] = [[[] for _ in range(width)] for _ in range(size)]
@@ -205,7 +208,7 @@ def beam_search(
         vocab = log_probs.shape[-1]
         log_probs = log_probs.view(len(sentences), width, vocab)  # b x K x V
         if never is None:
-            never = never_written(batch.source, copy_index_of(first), vocab).unsqueeze(1)
+            never = never_written(batch.source, copy_index, vocab).unsqueeze(1)
         log_probs.masked_fill_(never, float("-inf"))
         at_limit = (limits[sentences] <= t).to(device)  # b
         if bool(at_limit.any()):
