@@ -7,9 +7,11 @@ import random
 import pytest
 import torch
 
+from transduce import decoding
 from transduce.config import DecodeConfig
 from transduce.data.batching import collate
 from transduce.decoding import beam_search, copy_index_of, decode_all, greedy, never_written
+from transduce.ensemble import Ensemble
 from transduce.models import build_model
 from transduce.models.lstm import LSTMConfig
 from transduce.models.transformer import TransformerConfig
@@ -108,6 +110,7 @@ class Markov:
 
     A, B, C = 5, 6, 7
     max_length = None
+    width = 12  # V, or V + K with K extended ids
 
     def init_state(self, batch):
         return {"t": torch.zeros(len(batch), dtype=torch.long)}
@@ -120,7 +123,7 @@ class Markov:
 
         rows = []
         for token, t in zip(previous.tolist(), state["t"].tolist()):
-            row = torch.full((12,), 1e-30, dtype=torch.float64)
+            row = torch.full((self.width,), 1e-30, dtype=torch.float64)
             for symbol, p in self.probabilities(token, t).items():
                 row[symbol] = p
             rows.append((row / row.sum()).log().float())
@@ -262,6 +265,39 @@ def test_no_output_holds_a_tag_or_sep(beam):
     assert found == [[11], [9], [9]]
 
 
+class Unknown(Markov):
+    """A copying model with V = 12 and K = 2 extended ids (`transduce.models.copy`): a tag
+    that neither vocabulary has (source id 5 here) copies to 12, such a lemma letter (7)
+    to 13; the model prefers 12, then 13, then ends."""
+
+    width = 14
+
+    def init_state(self, batch):
+        index = torch.full_like(batch.source, 11)
+        index[batch.source == 5] = 12
+        index[batch.source == 7] = 13
+        index[batch.source == SEP_ID] = SEP_ID
+        return {**super().init_state(batch), "copy_index": index}
+
+    def probabilities(self, previous: int, t: int) -> dict[int, float]:
+        if t == 0:
+            return {12: 0.5, 13: 0.3, EOS_ID: 0.2}
+        return {EOS_ID: 1.0}
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_the_rule_covers_extended_ids(beam):
+    """An unknown tag's extended id is never written; an unknown lemma letter's is, and so
+    is the tag's where the lemma holds the same symbol."""
+    sources = [[5, SEP_ID, 7], [5, SEP_ID, 7, 5]]
+    found = (
+        [h.tokens for h in greedy(Unknown(), collate(sources))]
+        if beam == 1
+        else [h[0].tokens for h in beam_search(Unknown(), collate(sources), beam=beam)]
+    )
+    assert found == [[13], [12]]
+
+
 def test_never_written_by_hand():
     source = torch.tensor(
         [[5, 6, SEP_ID, 7, 5, 0], [9, SEP_ID, 9, 10, SEP_ID, 0], [7, 8, 0, 0, 0, 0]]
@@ -301,3 +337,40 @@ def test_the_rule_follows_its_rows_as_sentences_end(beam):
         cut = source.index(SEP_ID) if SEP_ID in source else 0
         banned = {SEP_ID} | (set(source[:cut]) - set(source[cut + 1 :]))
         assert not banned & set(tokens), (source, tokens)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_an_ensemble_with_a_copying_member_follows_the_rule(beam, monkeypatch):
+    """An ensemble of a plain and a copying LSTM (untrained; the copy map gives every
+    source symbol its own output id) writes no <sep> and no tag-only id; with the rule
+    off, the same ensemble writes some, so the check can fail."""
+    torch.manual_seed(5)
+    plain = build_model("lstm", MODELS["lstm"], 12, 12).eval()
+    config = LSTMConfig(embedding_dim=8, encoder_size=6, decoder_size=7, copy=True)
+    copying = build_model("lstm", config, 12, 12).eval()
+    copying.copy_map.copy_(torch.arange(12))
+    ensemble = Ensemble([plain, copying]).eval()
+    rng = random.Random(3)
+    data = []
+    for _ in range(40):
+        tags = [rng.randint(9, 11) for _ in range(rng.randint(1, 3))]
+        data.append([*tags, SEP_ID, *(rng.randint(5, 8) for _ in range(rng.randint(1, 4)))])
+
+    def written() -> int:
+        outputs = decode_all(ensemble, data, DecodeConfig(beam=beam, batch_size=16))
+        bad = 0
+        for source, hypotheses in zip(data, outputs):
+            cut = source.index(SEP_ID)
+            banned = {SEP_ID} | (set(source[:cut]) - set(source[cut + 1 :]))
+            bad += len(banned & set(hypotheses[0].tokens))
+        return bad
+
+    assert written() == 0
+    monkeypatch.setattr(
+        decoding,
+        "never_written",
+        lambda source, index, width: torch.zeros(
+            len(source), width, dtype=torch.bool, device=source.device
+        ),
+    )
+    assert written() > 0
