@@ -312,6 +312,21 @@ def test_never_written_by_hand():
     assert copy_index_of({"t": source}) is None
 
 
+def _copying_lstm():
+    """An untrained copy LSTM whose copy map gives every source symbol its own output id."""
+    config = LSTMConfig(embedding_dim=8, encoder_size=6, decoder_size=7, copy=True)
+    model = build_model("lstm", config, 12, 12).eval()
+    model.copy_map.copy_(torch.arange(12))
+    return model
+
+
+def _banned(source: list[int]) -> set[int]:
+    """What `never_written` rules out for this source under the identity copy map: <sep>,
+    and the symbols before its first <sep> that the rest does not hold."""
+    cut = source.index(SEP_ID) if SEP_ID in source else 0
+    return {SEP_ID} | (set(source[:cut]) - set(source[cut + 1 :]))
+
+
 @pytest.mark.parametrize("beam", [1, 3])
 def test_the_rule_follows_its_rows_as_sentences_end(beam):
     """An untrained copy model whose copy map gives every source symbol its own output id,
@@ -319,9 +334,7 @@ def test_the_rule_follows_its_rows_as_sentences_end(beam):
     together, each sentence's output is the one it gets alone (the rule's rows stay with
     their sentences as others leave the batch), and none holds <sep> or a tag-only id."""
     torch.manual_seed(4)
-    config = LSTMConfig(embedding_dim=8, encoder_size=6, decoder_size=7, copy=True)
-    model = build_model("lstm", config, 12, 12).eval()
-    model.copy_map.copy_(torch.arange(12))
+    model = _copying_lstm()
     rng = random.Random(2)
     data = []
     for _ in range(24):
@@ -334,9 +347,7 @@ def test_the_rule_follows_its_rows_as_sentences_end(beam):
     assert together == alone
     assert len({len(t) for t in together}) > 2  # sentences end at different steps
     for source, tokens in zip(data, together):
-        cut = source.index(SEP_ID) if SEP_ID in source else 0
-        banned = {SEP_ID} | (set(source[:cut]) - set(source[cut + 1 :]))
-        assert not banned & set(tokens), (source, tokens)
+        assert not _banned(source) & set(tokens), (source, tokens)
 
 
 @pytest.mark.parametrize("beam", [1, 3])
@@ -346,10 +357,7 @@ def test_an_ensemble_with_a_copying_member_follows_the_rule(beam, monkeypatch):
     off, the same ensemble writes some, so the check can fail."""
     torch.manual_seed(5)
     plain = build_model("lstm", MODELS["lstm"], 12, 12).eval()
-    config = LSTMConfig(embedding_dim=8, encoder_size=6, decoder_size=7, copy=True)
-    copying = build_model("lstm", config, 12, 12).eval()
-    copying.copy_map.copy_(torch.arange(12))
-    ensemble = Ensemble([plain, copying]).eval()
+    ensemble = Ensemble([plain, _copying_lstm()]).eval()
     rng = random.Random(3)
     data = []
     for _ in range(40):
@@ -358,12 +366,7 @@ def test_an_ensemble_with_a_copying_member_follows_the_rule(beam, monkeypatch):
 
     def written() -> int:
         outputs = decode_all(ensemble, data, DecodeConfig(beam=beam, batch_size=16))
-        bad = 0
-        for source, hypotheses in zip(data, outputs):
-            cut = source.index(SEP_ID)
-            banned = {SEP_ID} | (set(source[:cut]) - set(source[cut + 1 :]))
-            bad += len(banned & set(hypotheses[0].tokens))
-        return bad
+        return sum(len(_banned(s) & set(h[0].tokens)) for s, h in zip(data, outputs))
 
     assert written() == 0
     monkeypatch.setattr(
