@@ -10,7 +10,9 @@ which is PyTorch's without its import of `torch._dynamo`; the JSON says whether 
 imported TorchDynamo all the same, `optimizer_imports_dynamo`); then `import torch._dynamo`,
 what `torch.optim.Adam` would have cost on top (`dynamo_import_cpu_s`; near 0 where the
 optimizer imported it). In processes of their own: a whole toy `transduce
-train` (a 200-word reversal TSV, 12 updates, one validation, the test split decoded),
+train` (`small/g2p-lstm`, the soft-attention LSTM that `small/g2p` was until 2026-12-07, so
+the numbers stay comparable; a 200-word reversal TSV, 12 updates, one validation, the test
+split decoded),
 with the CPU time of all its threads. These are the costs the test suite pays once per
 process it starts (README, Development).
 
@@ -97,7 +99,7 @@ def training(base: list[str], env: dict[str, str], runs: int) -> dict[str, objec
         data = Path(tmp, "toy.tsv")
         data.write_text("\n".join(toy_lines()) + "\n", encoding="utf-8")
         for run in range(runs):
-            command = [*base, "train", "--config", "small/g2p",
+            command = [*base, "train", "--config", "small/g2p-lstm",
                        "--out", str(Path(tmp, f"run{run}")),
                        "--set", f"data.train=[{data}]", "--set", "data.dev=null",
                        "--set", "data.test=null", "--set", "train.max_updates=12",
