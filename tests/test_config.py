@@ -298,6 +298,23 @@ def test_every_shipped_hard_recipe_has_the_sizes_of_its_soft_recipe():
     assert checked == 40
 
 
+def test_small_g2p_lstm_is_small_g2p_with_soft_attention():
+    """`small/g2p-lstm` is `small/g2p` (hard monotonic attention since 2026-12-07) with the
+    soft-attention LSTM it had before: every other setting the same, so the grids that name
+    it (small-data-sigmorphon2020-g2p's `small`) keep training what they trained."""
+    _, hard = configuration.load("small/g2p", check_data=False)
+    _, soft = configuration.load("small/g2p-lstm", check_data=False)
+    assert hard["model"]["name"] == "hard" and hard["model"]["monotonic"] is True
+    assert soft["model"]["name"] == "lstm" and "monotonic" not in soft["model"]
+    own = ("name", "estimator", "monotonic", "samples", "baseline_decay")
+    assert {k: v for k, v in hard["model"].items() if k not in own} == {
+        k: v for k, v in soft["model"].items() if k != "name"
+    }
+    assert {k: v for k, v in hard.items() if k != "model"} == {
+        k: v for k, v in soft.items() if k != "model"
+    }
+
+
 def test_base_errors_are_one_line(tmp_path: Path):
     write(tmp_path / "a.yaml", "base: b.yaml\n")
     write(tmp_path / "b.yaml", "base: c\n")
