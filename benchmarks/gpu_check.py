@@ -16,8 +16,8 @@ the time left, and is stopped at it), in this order:
    test scores and busy fraction beside the main part's.
 5. bench: `benchmarks/device_training.py` for the LSTM and the transformer recipes in
    fp32 and bf16 (examples/s, the median of 3 runs; peak memory; busy fraction).
-6. grid: short runs (the `small/g2p-lstm` recipe, `small/g2p` until its model became hard
-   attention, so the grids stay comparable; 200 updates, on 1,000 CMUdict words) as
+6. grid: short runs (`small/g2p-lstm`, which was `small/g2p` until that became hard
+   attention, so the numbers stay comparable; 200 updates, on 1,000 CMUdict words) as
    `experiment run` cells, with 1, 4 and 8 at once on the one GPU (`--workers N
    --per-gpu N`): runs per hour, and the GPU's mean utilization meanwhile.
 7. issue16: the Rios et al. (2021) transformer on CMUdict without and with the
