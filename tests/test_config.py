@@ -300,8 +300,9 @@ def test_every_shipped_hard_recipe_has_the_sizes_of_its_soft_recipe():
 
 def test_small_g2p_lstm_is_small_g2p_with_soft_attention():
     """`small/g2p-lstm` is `small/g2p` (hard monotonic attention since 2026-12-07) with the
-    soft-attention LSTM it had before: every other setting the same, so the grids that name
-    it (small-data-sigmorphon2020-g2p's `small`) keep training what they trained."""
+    soft-attention LSTM it had before, every other setting the same (the grids' soft systems,
+    such as small-data-sigmorphon2020-g2p's `small`, moved to it with their cells'
+    configurations unchanged: checked once, when they moved)."""
     _, hard = configuration.load("small/g2p", check_data=False)
     _, soft = configuration.load("small/g2p-lstm", check_data=False)
     assert hard["model"]["name"] == "hard" and hard["model"]["monotonic"] is True
