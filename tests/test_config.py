@@ -307,7 +307,7 @@ def test_small_g2p_lstm_is_small_g2p_with_soft_attention():
     _, soft = configuration.load("small/g2p-lstm", check_data=False)
     assert hard["model"]["name"] == "hard" and hard["model"]["monotonic"] is True
     assert soft["model"]["name"] == "lstm" and "monotonic" not in soft["model"]
-    own = ("name", "estimator", "monotonic", "samples", "baseline_decay")
+    own = ("name", *recipe_loader.EXTENDS["hard"][1])  # hard's options beyond the LSTM's
     assert {k: v for k, v in hard["model"].items() if k not in own} == {
         k: v for k, v in soft["model"].items() if k != "name"
     }
