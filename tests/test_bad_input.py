@@ -261,6 +261,9 @@ CASES = [
     C("decode-directory-without-checkpoint",
       lambda w: ["decode", w / "empty-dir", w / "source.txt"], "no best.pt or last.pt"),
     C("decode-missing-input", lambda w: ["decode", w / "run", w / "nope.txt"], "nope.txt"),
+    C("decode-raw-tsv-as-prepared-split",  # `cat<TAB>...` for a model of characters
+      lambda w: ["decode", w / "run", w / "copy.tsv", "--input-format", "tsv"],
+      "copy.tsv:1:", "cut -f1 FILE | transduce decode RUN"),
     C("decode-input-not-utf8", lambda w: ["decode", w / "run", w / "latin1.tsv"],
       "latin1.tsv:1", "invalid utf-8"),
     C("decode-overlong-line", lambda w: ["decode", w / "run", w / "long.txt"],

@@ -119,6 +119,8 @@ class Transducer:
         self.unknown = 0  # input symbols not in the vocabulary, so far
         self._raw_sample: list[tuple[int, str]] = []  # the first lines of raw input
         self._raw_decided = False  # whether they were seen to be raw text
+        self._tsv_sample: list[tuple[int, str]] = []  # the first lines of `tsv` input
+        self._tsv_decided = False  # whether they were seen to be a prepared split
         self.members: list[str | None] = [payload.get("path")]  # the checkpoints decoded
         self.alone: list[Transducer] = [self]  # each member, decoding alone
 
@@ -283,6 +285,38 @@ class Transducer:
                 line,
             )
 
+    def _check_tsv(self, lines: Sequence[str], path: str, first: int = 1) -> None:
+        """Stop with a hint where `tsv` input is a raw TSV, not a prepared split: for a
+        model of characters, a source field of several characters with no space between
+        them, which the model does not know as one symbol (a prepared split spaces them:
+        `c a t<TAB>...`; `cat<TAB>...` is a raw file's, which would be read as one unknown
+        symbol and decoded into nonsense). Decided once, as `_check_raw` decides, on most
+        of the first 3 to RAW_SAMPLE non-empty lines."""
+        if self._tsv_decided or self.sides.source.unit != tokens.CHAR:
+            return
+        sample = self._tsv_sample
+        filled = [(n, line) for n, line in enumerate(lines, first) if line.strip()]
+        sample.extend(filled[: RAW_SAMPLE - len(sample)])
+        if len(sample) < 3:
+            return
+        self._tsv_decided = True
+        joined = []
+        for number, line in sample:
+            source = line.split("\t", 1)[0]
+            if len(source) > 1 and " " not in source and source not in self.source_vocab.index:
+                joined.append((number, line))
+        if len(joined) * 2 > len(sample):
+            number, line = joined[0]
+            raise DataError(
+                "a source of several characters with no spaces between them, but a prepared "
+                "split (--input-format tsv) has the characters of a model of characters "
+                "separated by spaces: a raw TSV? decode its source as raw text "
+                "(cut -f1 FILE | transduce decode RUN)",
+                path,
+                number,
+                line,
+            )
+
     # ----------------------------------------------------------------- decoding
 
     def transduce(
@@ -318,6 +352,8 @@ class Transducer:
         self.task.check_decode(options)
         if input_format == "raw":
             self._check_raw(lines, path, first_line)
+        else:
+            self._check_tsv(lines, path, first_line)
         limit = self.task.input_limit(self.model)
         sources: list[tuple[str, ...]] = []
         where: list[int] = []
