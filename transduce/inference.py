@@ -76,6 +76,15 @@ RAW_SAMPLE = 10  # lines that decide whether raw input is really a prepared spli
 _SPACED = re.compile(r"^\S( \S)+$")  # "c a t": single characters, each after one space
 
 
+def _decidable(sample: list[tuple[int, str]], filled: list[tuple[int, str]]) -> bool:
+    """Add the first of `filled` (numbered non-empty lines) to `sample`, up to RAW_SAMPLE
+    lines gathered over calls when the input comes in pieces; whether it now has the 3
+    lines that a guess at the input's format is decided on, once: neither the batch size
+    nor one odd line typed at a terminal decides."""
+    sample.extend(filled[: RAW_SAMPLE - len(sample)])
+    return len(sample) >= 3
+
+
 DEVICE = re.compile(r"^(cpu|auto|cuda(:[0-9]+)?)$")
 
 
@@ -264,15 +273,9 @@ class Transducer:
             raise DataError(f"a tab in a line of raw text ({hint})", path, number, line)
         if self.sides.source.unit != tokens.CHAR or SPACE in self.source_vocab.index:
             return
-        # decided once, on the first non-empty lines (3 to RAW_SAMPLE of them, gathered
-        # over calls when the input comes in pieces): neither the batch size nor one odd
-        # line typed at a terminal decides
-        if self._raw_decided:
+        if self._raw_decided or not _decidable(self._raw_sample, filled):
             return
         sample = self._raw_sample
-        sample.extend(filled[: RAW_SAMPLE - len(sample)])
-        if len(sample) < 3:
-            return
         self._raw_decided = True
         spaced = [(n, line) for n, line in sample if _SPACED.match(line.strip())]
         if len(spaced) * 2 > len(sample):
@@ -294,11 +297,10 @@ class Transducer:
         of the first 3 to RAW_SAMPLE non-empty lines."""
         if self._tsv_decided or self.sides.source.unit != tokens.CHAR:
             return
-        sample = self._tsv_sample
         filled = [(n, line) for n, line in enumerate(lines, first) if line.strip()]
-        sample.extend(filled[: RAW_SAMPLE - len(sample)])
-        if len(sample) < 3:
+        if not _decidable(self._tsv_sample, filled):
             return
+        sample = self._tsv_sample
         self._tsv_decided = True
         joined = []
         for number, line in sample:
