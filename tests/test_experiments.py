@@ -781,6 +781,7 @@ NO_PUBLISHED_NUMBERS = {
     "dufter2020-pos-ewt",
     "small-data-search-g2p",  # dev searches: nothing published to compare
     "small-data-probe-g2p-average",  # a dev probe of the averaging
+    "small-data-probe-g2p-cap",  # a dev probe of the update cap
     "small-data-search-inflection",
 }
 

@@ -29,6 +29,7 @@ SIGMORPHON2020 = (
     "small-data-sigmorphon2020-g2p",
     "small-data-search-g2p",
     "small-data-probe-g2p-average",
+    "small-data-probe-g2p-cap",
 )
 
 
