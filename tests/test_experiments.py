@@ -782,6 +782,7 @@ NO_PUBLISHED_NUMBERS = {
     "small-data-search-g2p",  # dev searches: nothing published to compare
     "small-data-probe-g2p-average",  # a dev probe of the averaging
     "small-data-probe-g2p-cap",  # a dev probe of the update cap
+    "small-data-probe-g2p-average-split",  # a dev probe of the averaging
     "small-data-search-inflection",
 }
 
