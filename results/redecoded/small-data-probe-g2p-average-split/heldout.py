@@ -1,0 +1,63 @@
+"""best.pt and final.pt of small-data-probe-g2p-average-split on the dev half that chose neither.
+
+python heldout.py RUNS_DIR OUT_DIR (with transduce installed): for each finished run in
+RUNS_DIR, writes OUT_DIR/CELL.half.tsv (the dev lines that `train.dev_subset` drew, as
+`transduce.tasks.base.dev_subset` draws them), CELL.heldout.tsv (the other lines),
+CELL.best.half.predictions (the check: it must give the run's recorded best dev WER),
+CELL.best.heldout.predictions and CELL.final.heldout.predictions, and prints their WERs.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from collections import namedtuple
+from pathlib import Path
+
+from transduce.tasks.base import dev_subset
+
+Pair = namedtuple("Pair", "source line")
+
+
+def wer(pred: Path, tsv: Path) -> float:
+    hyp = pred.read_text(encoding="utf-8").splitlines()
+    ref = [line.split("\t")[1] for line in tsv.read_text(encoding="utf-8").splitlines()]
+    assert len(hyp) == len(ref), pred
+    return 100 * sum(h != r for h, r in zip(hyp, ref)) / len(ref)
+
+
+def main(runs: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for run in sorted(runs.iterdir()):
+        report = run / "train.json"
+        if not report.exists():
+            continue
+        recorded = json.loads(report.read_text(encoding="utf-8"))
+        train = recorded["config"]["train"]
+        lines = (run / "data/dev.tsv").read_text(encoding="utf-8").splitlines()
+        pairs = [Pair(line.split("\t")[0], line) for line in lines]
+        half = dev_subset(pairs, train["dev_subset"], train["dev_subset_seed"])
+        chosen = {p.source for p in half}
+        held = [p for p in pairs if p.source not in chosen]
+        for name, part in (("half", half), ("heldout", held)):
+            text = "".join(p.line + "\n" for p in part)
+            (out / f"{run.name}.{name}.tsv").write_text(text, encoding="utf-8")
+        for checkpoint, split in (("best", "half"), ("best", "heldout"), ("final", "heldout")):
+            pred = out / f"{run.name}.{checkpoint}.{split}.predictions"
+            command = ["transduce", "decode", "-q", str(run / f"{checkpoint}.pt")]
+            command += [str(out / f"{run.name}.{split}.tsv"), "--input-format", "tsv"]
+            with open(pred, "w", encoding="utf-8") as f:
+                subprocess.run([*command, "--device", "cpu"], stdout=f, check=True, env=env)
+        check = wer(out / f"{run.name}.best.half.predictions", out / f"{run.name}.half.tsv")
+        best = wer(out / f"{run.name}.best.heldout.predictions", out / f"{run.name}.heldout.tsv")
+        final = wer(out / f"{run.name}.final.heldout.predictions", out / f"{run.name}.heldout.tsv")
+        print(
+            f"{run.name}: {len(half)} drawn, {len(held)} held out; best dev WER recorded "
+            f"{recorded['best']['score']:.2f}, decoded {check:.2f}; held out: best.pt "
+            f"{best:.2f}, final.pt {final:.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]))
