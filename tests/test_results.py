@@ -30,6 +30,7 @@ SIGMORPHON2020 = (
     "small-data-search-g2p",
     "small-data-probe-g2p-average",
     "small-data-probe-g2p-cap",
+    "small-data-probe-g2p-average-split",
 )
 
 
