@@ -14,26 +14,28 @@ import sys
 from collections import namedtuple
 from pathlib import Path
 
+from transduce.experiments.runner import finished
+from transduce.metrics import get_metric
 from transduce.tasks.base import dev_subset
 
 Pair = namedtuple("Pair", "source line")
 
 
 def wer(pred: Path, tsv: Path) -> float:
+    """The project's WER (`transduce.metrics`) of `pred` against the second column of `tsv`."""
     hyp = pred.read_text(encoding="utf-8").splitlines()
-    ref = [line.split("\t")[1] for line in tsv.read_text(encoding="utf-8").splitlines()]
+    ref = [[line.split("\t")[1]] for line in tsv.read_text(encoding="utf-8").splitlines()]
     assert len(hyp) == len(ref), pred
-    return 100 * sum(h != r for h, r in zip(hyp, ref)) / len(ref)
+    return get_metric("wer").corpus_score(hyp, ref).value
 
 
 def main(runs: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for run in sorted(runs.iterdir()):
-        report = run / "train.json"
-        if not report.exists():
+        if not finished(run):  # an interrupted run has a train.json too, and no final.pt
             continue
-        recorded = json.loads(report.read_text(encoding="utf-8"))
+        recorded = json.loads((run / "train.json").read_text(encoding="utf-8"))
         train = recorded["config"]["train"]
         lines = (run / "data/dev.tsv").read_text(encoding="utf-8").splitlines()
         pairs = [Pair(line.split("\t")[0], line) for line in lines]
