@@ -3,7 +3,8 @@
 python heldout.py RUNS_DIR OUT_DIR (with transduce installed): for each finished run in
 RUNS_DIR, writes OUT_DIR/CELL.half.tsv (the dev lines that `train.dev_subset` drew, as
 `transduce.tasks.base.dev_subset` draws them), CELL.heldout.tsv (the other lines),
-CELL.best.half.predictions (the check: it must give the run's recorded best dev WER),
+CELL.best.half.predictions (the check: it must give the run's recorded best dev WER, else
+the script stops with an error),
 CELL.best.heldout.predictions and CELL.final.heldout.predictions, and prints their WERs.
 """
 
@@ -39,7 +40,8 @@ def main(runs: Path, out: Path) -> None:
         train = recorded["config"]["train"]
         lines = (run / "data/dev.tsv").read_text(encoding="utf-8").splitlines()
         pairs = [Pair(line.split("\t")[0], line) for line in lines]
-        half = dev_subset(pairs, train["dev_subset"], train["dev_subset_seed"])
+        seed = train["dev_subset_seed"]  # None: train.seed, as training draws it
+        half = dev_subset(pairs, train["dev_subset"], train["seed"] if seed is None else seed)
         chosen = {p.source for p in half}
         held = [p for p in pairs if p.source not in chosen]
         for name, part in (("half", half), ("heldout", held)):
@@ -54,6 +56,11 @@ def main(runs: Path, out: Path) -> None:
         check = wer(out / f"{run.name}.best.half.predictions", out / f"{run.name}.half.tsv")
         best = wer(out / f"{run.name}.best.heldout.predictions", out / f"{run.name}.heldout.tsv")
         final = wer(out / f"{run.name}.final.heldout.predictions", out / f"{run.name}.heldout.tsv")
+        if abs(check - recorded["best"]["score"]) > 0.005:  # another half, or another model
+            sys.exit(
+                f"{run.name}: best.pt gives WER {check:.2f} on the drawn half, but the run "
+                f"recorded {recorded['best']['score']:.2f}: not the half that selected it"
+            )
         print(
             f"{run.name}: {len(half)} drawn, {len(held)} held out; best dev WER recorded "
             f"{recorded['best']['score']:.2f}, decoded {check:.2f}; held out: best.pt "
