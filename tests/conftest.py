@@ -92,9 +92,11 @@ def gpus_visible():
     hide_gpus()
 
 
-# the longest tests, started first: under `-n 2` one that starts last keeps a worker busy
-# after the other has finished. The first two (3 and 1.5 minutes of CPU) are marked `long`,
-# the others (half a minute each) run by default.
+# the longest tests, started first: under `-n 2 --dist load` (CI's run of the tests marked
+# `long`) one that starts last keeps a worker busy after the other has finished. Under the
+# default `--dist loadfile` (pyproject.toml) xdist hands out whole files, most tests first,
+# and this order holds within each file. The first two (3 and 1.5 minutes of CPU) are
+# marked `long`, the others (half a minute each) run by default.
 LONGEST_FIRST = (
     "test_the_readme_examples_run",
     "test_interrupted_halfway_and_run_again_every_cell_is_done_once",
